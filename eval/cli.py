@@ -1,0 +1,47 @@
+"""The `propdex` command.
+
+It lives in eval because eval is the one layer allowed to reach all the
+others; each layer contributes its own subcommands.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+import indexer.cli
+import retriever.cli
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="propdex", description="Multi-vector retrieval: index text, search it, measure it.")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    indexer.cli.add_commands(sub)
+    retriever.cli.add_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        return args.run(args)
+    except (ValueError, FileNotFoundError, NotADirectoryError, PermissionError) as e:
+        # User errors: one line, no traceback.
+        print(f"propdex: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("propdex: interrupted (a build resumes where it stopped when run again)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Indexer: read corpora, encode them, write sharded FAISS + LMDB indexes."""

@@ -1,0 +1,128 @@
+"""Stage-1 ANN indexes: FAISS (any factory string) or hnswlib, one file per shard.
+
+All vectors are L2-normalised, so inner product is cosine similarity and
+every index here searches by inner product.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("faiss", "hnsw")
+FLAT_BELOW = 50_000  # vectors; under this, exact search is cheap and training would overfit
+
+
+def default_factory(n_vectors: int, dim: int) -> str:
+    """Flat for tiny corpora, else OPQ + IVF + PQ.
+
+    nlist ~ 4 sqrt(N) (a power of two, with >= 39 training points per list as
+    k-means needs); PQ codes of dim/4 bytes (m sub-quantizers of 8 bits), which
+    keeps stage-1 recall high while stage 2 re-scores exactly anyway.
+    """
+    if n_vectors < FLAT_BELOW:
+        return "Flat"
+    nlist = 2 ** round(math.log2(4 * math.sqrt(n_vectors)))
+    nlist = max(64, min(nlist, 2 ** int(math.log2(n_vectors // 39))))
+    m = max(d for d in range(1, dim // 4 + 1) if dim % d == 0)
+    return f"OPQ{m},IVF{nlist},PQ{m}"
+
+
+def training_size(factory: str, n_vectors: int) -> int:
+    """How many vectors training needs: enough for k-means on the coarse lists and PQ."""
+    if factory == "Flat" or factory.startswith("HNSW"):
+        return 0
+    ivf = next((p for p in factory.split(",") if p.startswith("IVF")), None)
+    nlist = int("".join(ch for ch in ivf[3:] if ch.isdigit())) if ivf else 0
+    return min(n_vectors, max(256 * nlist, 65_536))
+
+
+def make_index(factory: str, dim: int) -> faiss.Index:
+    try:
+        return faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as e:
+        raise ValueError(f"invalid FAISS factory string {factory!r}: {str(e).splitlines()[0]}") from None
+
+
+def train(factory: str, sample: np.ndarray) -> faiss.Index:
+    """An empty, trained index. k-means runs on the GPU when FAISS sees one."""
+    index = make_index(factory, sample.shape[1])
+    if index.is_trained:
+        return index
+    if faiss.get_num_gpus() > 0:
+        try:
+            # The coarse k-means dominates training; it is the part worth moving.
+            ivf = faiss.extract_index_ivf(index)
+            ivf.clustering_index = faiss.index_cpu_to_all_gpus(faiss.IndexFlatL2(ivf.d))
+            log.info("training the coarse quantizer on %d GPU(s)", faiss.get_num_gpus())
+        except RuntimeError:
+            log.info("no IVF stage in %s; training on CPU", factory)
+    index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    if faiss.get_num_gpus() > 0:
+        try:
+            faiss.extract_index_ivf(index).clustering_index = None
+        except RuntimeError:
+            pass
+    return index
+
+
+def fill(trained: faiss.Index, chunks: Iterable[np.ndarray]) -> faiss.Index:
+    """A copy of `trained` holding the chunks' vectors with ids 0..N-1 in order."""
+    index = faiss.clone_index(trained)
+    gpu = None
+    if faiss.get_num_gpus() > 0:
+        try:
+            gpu = faiss.index_cpu_to_all_gpus(index)
+        except RuntimeError:
+            gpu = None
+    for chunk in chunks:
+        (gpu or index).add(np.ascontiguousarray(chunk, dtype=np.float32))
+    return faiss.index_gpu_to_cpu(gpu) if gpu is not None else index
+
+
+def write_faiss(index: faiss.Index, path: Path) -> None:
+    faiss.write_index(index, str(path))
+
+
+def read_faiss(path: Path, mmap: bool = False) -> faiss.Index:
+    return faiss.read_index(str(path), faiss.IO_FLAG_MMAP if mmap else 0)
+
+
+def build_hnsw(chunks: Iterable[np.ndarray], n: int, dim: int, path: Path, m: int = 16, ef_construction: int = 200):
+    import hnswlib
+
+    index = hnswlib.Index(space="ip", dim=dim)
+    index.init_index(max_elements=max(n, 1), ef_construction=ef_construction, M=m, random_seed=0)
+    start = 0
+    for chunk in chunks:
+        index.add_items(chunk, np.arange(start, start + len(chunk)))
+        start += len(chunk)
+    index.save_index(str(path))
+
+
+class HnswIndex:
+    """hnswlib behind the small part of FAISS's search API the searcher uses."""
+
+    def __init__(self, path: Path, dim: int, n: int) -> None:
+        import hnswlib
+
+        self.index = hnswlib.Index(space="ip", dim=dim)
+        self.index.load_index(str(path), max_elements=max(n, 1))
+        self.ntotal = n
+
+    def set_ef(self, ef: int) -> None:
+        self.index.set_ef(ef)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        k = min(k, self.ntotal)
+        if k == 0:
+            return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
+        self.index.set_ef(max(k, 64))
+        labels, distances = self.index.knn_query(queries, k=k)
+        return 1.0 - distances, labels.astype(np.int64)  # hnswlib 'ip' distance is 1 - <q, x>

@@ -1,0 +1,301 @@
+"""IndexWriter: documents in, committed shards out, resumable at any point.
+
+A build runs in three phases, each committing through the manifest:
+
+1. encode: documents are encoded a shard at a time; each shard's LMDB store
+   is written aside, renamed into place, then listed in the manifest.
+2. train: once the vector count is known, the FAISS index (default factory
+   chosen from count and dim) is trained on a fixed-seed sample.
+3. add: every shard gets its own index file holding its vectors.
+
+A killed build (even SIGKILL) re-run with the same arguments skips the input
+records its committed shards consumed and continues; shard boundaries, batch
+composition and the training sample are all deterministic, so the result is
+the same as an uninterrupted build.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from encoders import Document, Encoded, Encoder
+
+from . import ann
+from .manifest import FORMAT, FORMAT_VERSION, library_versions, read_manifest, sha256_file, write_manifest
+from .readers import Record, Skip
+from .store import LMDB_DIR, ShardStore, write_shard
+
+log = logging.getLogger(__name__)
+
+TRAINED = "trained.faiss"
+EXAMPLES_PER_REASON = 10
+QUIET_SKIPS = {"redirect", "namespace"}  # expected in every dump: counted, not shouted
+
+
+def shard_name(i: int) -> str:
+    return f"shard-{i:05d}"
+
+
+class IndexWriter:
+    def __init__(
+        self,
+        out: str | Path,
+        encoder: Encoder,
+        *,
+        shard_docs: int = 10_000,
+        factory: str | None = None,
+        backend: str = "faiss",
+        inputs: dict[str, Any] | None = None,
+    ) -> None:
+        if shard_docs < 1:
+            raise ValueError("--shard-docs must be at least 1")
+        if backend not in ann.BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(ann.BACKENDS)}")
+        if factory is not None:
+            ann.make_index(factory, encoder.dim)  # fail now, not after hours of encoding
+        self.out = Path(out)
+        self.encoder = encoder
+        self.settings = {"shard_docs": shard_docs, "factory": factory, "backend": backend}
+        self.inputs = inputs or {}
+        self.manifest = self._open()
+
+    # -- opening, resuming ------------------------------------------------------
+    def _open(self) -> dict[str, Any]:
+        fresh = {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "status": "encoding",
+            "encoder": self.encoder.config(),
+            "backbone": {
+                "name": self.encoder.backbone.name,
+                "source": self.encoder.backbone.source,
+                "weights_sha256": self.encoder.backbone.weights_hash,
+            },
+            "settings": self.settings,
+            "inputs": self.inputs,
+            "index": None,
+            "shards": [],
+        }
+        if self.out.exists() and (self.out / "manifest.json").is_file():
+            manifest = read_manifest(self.out)
+            for key in ("encoder", "settings", "inputs"):
+                if manifest[key] != fresh[key]:
+                    raise ValueError(
+                        f"{self.out} holds an index built with other {key} ({manifest[key]}); "
+                        f"use another --out, or delete it to rebuild"
+                    )
+            if manifest["backbone"]["weights_sha256"] != fresh["backbone"]["weights_sha256"]:
+                raise ValueError(f"{self.out} was built with other backbone weights; use another --out")
+            log.info("resuming %s: %d shards committed, status %s", self.out, len(manifest["shards"]), manifest["status"])
+        else:
+            if self.out.exists() and any(not _ours(p) for p in self.out.iterdir()):
+                raise ValueError(f"{self.out} is not empty and holds no propdex index; refusing to write into it")
+            self.out.mkdir(parents=True, exist_ok=True)
+            manifest = fresh
+        self._remove_uncommitted(manifest)
+        return manifest
+
+    def _remove_uncommitted(self, manifest: dict[str, Any]) -> None:
+        """Delete whatever a killed build left that no manifest lists."""
+        listed = {s["name"] for s in manifest["shards"]}
+        trained = (manifest.get("index") or {}).get("trained")
+        for path in self.out.iterdir():
+            if path.name == "manifest.json":
+                continue
+            if path.is_dir() and path.name in listed:
+                shard = next(s for s in manifest["shards"] if s["name"] == path.name)
+                for f in path.iterdir():
+                    if f.name not in (LMDB_DIR, shard.get("index")):
+                        _remove(f)
+            elif path.name != trained:
+                _remove(path)
+
+    def _commit(self) -> None:
+        shards = self.manifest["shards"]
+        skipped: Counter[str] = Counter()
+        for s in shards:
+            skipped.update(s["skipped"])
+        self.manifest["counts"] = {
+            "inputs": sum(s["inputs"] for s in shards),
+            "documents": sum(s["docs"] for s in shards),
+            "sentences": sum(s["sentences"] for s in shards),
+            "vectors": sum(s["vectors"] for s in shards),
+            "skipped": sum(skipped.values()),
+        }
+        self.manifest["skipped"] = dict(sorted(skipped.items()))
+        self.manifest["versions"] = library_versions()
+        self.manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        write_manifest(self.out, self.manifest)
+
+    # -- the build ----------------------------------------------------------------
+    def build(self, records: Iterable[Record], limit: int | None = None) -> dict[str, Any]:
+        started = time.time()
+        if self.manifest["status"] == "encoding":
+            self._encode(records, limit)
+            self.manifest["status"] = "training"
+            self._commit()
+        if self.manifest["status"] == "training":
+            self._train()
+            self.manifest["status"] = "adding"
+            self._commit()
+        if self.manifest["status"] == "adding":
+            self._add()
+            self.manifest["status"] = "complete"
+            self._commit()
+        counts = self.manifest["counts"]
+        log.info(
+            "indexed %d documents (%d sentences) as %d vectors in %d shards, %s; skipped %d %s; %.1fs",
+            counts["documents"], counts["sentences"], counts["vectors"], len(self.manifest["shards"]),
+            self.manifest["index"]["factory"], counts["skipped"], self.manifest["skipped"] or "", time.time() - started,
+        )
+        return self.manifest
+
+    def _encode(self, records: Iterable[Record], limit: int | None) -> None:
+        shards = self.manifest["shards"]
+        consumed = sum(s["inputs"] for s in shards)
+        done_docs = sum(s["docs"] for s in shards)
+        seen: set[str] = set()
+        for s in shards:
+            store = ShardStore(self.out / s["name"])
+            seen.update(store.doc_ids())
+            store.close()
+        stream = iter(records)
+        for _ in range(consumed):  # what committed shards already hold
+            if next(stream, None) is None:
+                break
+        bar = tqdm(desc="index", unit="doc", initial=done_docs, total=limit, dynamic_ncols=True)
+        shard_docs = self.settings["shard_docs"]
+        while limit is None or done_docs < limit:
+            want = shard_docs if limit is None else min(shard_docs, limit - done_docs)
+            docs, n_inputs, skipped, examples = _take(stream, want, seen)
+            if n_inputs == 0:
+                break
+            self._write_shard(len(shards), docs, n_inputs, skipped, examples)
+            done_docs += len(docs)
+            bar.update(len(docs))
+        bar.close()
+
+    def _write_shard(self, number: int, docs: list[Document], n_inputs: int, skipped: Counter, examples: dict) -> None:
+        encoder = self.encoder
+        passages_per_doc = [encoder.passages(d) for d in docs]
+        flat = [p for ps in passages_per_doc for p in ps]
+        encoded_flat = iter(encoder.encode(flat, progress=len(flat) > 64))
+        encoded = [_concat([next(encoded_flat) for _ in ps], encoder.dim) for ps in passages_per_doc]
+        name = shard_name(number)
+        tmp = self.out / f"{name}.tmp"
+        _remove(tmp)
+        info = write_shard(tmp, docs, encoded, encoder.dim)
+        tmp.rename(self.out / name)
+        self.manifest["shards"].append({
+            "name": name,
+            "inputs": n_inputs,
+            "docs": info["docs"],
+            "sentences": info["sentences"],
+            "vectors": info["vectors"],
+            "passages": len(flat),
+            "skipped": dict(skipped),
+            "skipped_examples": examples,
+            "lmdb_sha256": sha256_file(self.out / name / LMDB_DIR / "data.mdb"),
+            "index": None,
+            "index_sha256": None,
+        })
+        self._commit()
+
+    def _train(self) -> None:
+        n, dim = self.manifest["counts"]["vectors"], self.encoder.dim
+        backend = self.settings["backend"]
+        factory = "HNSW" if backend == "hnsw" else (self.settings["factory"] or ann.default_factory(n, dim))
+        self.manifest["index"] = {"backend": backend, "factory": factory, "metric": "inner_product", "trained": None}
+        if backend == "faiss":
+            size = ann.training_size(factory, n)
+            if size:
+                sample = self._sample(size)
+                log.info("training %s on %d of %d vectors", factory, len(sample), n)
+                trained = ann.train(factory, sample)
+            else:
+                trained = ann.make_index(factory, dim)
+            ann.write_faiss(trained, self.out / (TRAINED + ".tmp"))
+            (self.out / (TRAINED + ".tmp")).rename(self.out / TRAINED)
+            self.manifest["index"].update(trained=TRAINED, trained_sha256=sha256_file(self.out / TRAINED), trained_on=size)
+
+    def _sample(self, size: int) -> np.ndarray:
+        """A fixed-seed uniform sample of all vectors, read shard by shard."""
+        n = self.manifest["counts"]["vectors"]
+        chosen = np.sort(np.random.default_rng(0).choice(n, size=size, replace=False))
+        parts, base = [], 0
+        for s in self.manifest["shards"]:
+            store = ShardStore(self.out / s["name"])
+            for chunk in store.iter_vectors():
+                lo, hi = np.searchsorted(chosen, [base, base + len(chunk)])
+                parts.append(chunk[chosen[lo:hi] - base])
+                base += len(chunk)
+            store.close()
+        return np.concatenate(parts)
+
+    def _add(self) -> None:
+        index_info = self.manifest["index"]
+        trained = ann.read_faiss(self.out / TRAINED) if index_info["backend"] == "faiss" else None
+        pending = [s for s in self.manifest["shards"] if s["index"] is None]
+        for s in tqdm(pending, desc="add", unit="shard", disable=len(pending) < 2):
+            store = ShardStore(self.out / s["name"])
+            if trained is not None:
+                file = "index.faiss"
+                ann.write_faiss(ann.fill(trained, store.iter_vectors()), self.out / s["name"] / (file + ".tmp"))
+            else:
+                file = "index.hnsw"
+                ann.build_hnsw(store.iter_vectors(), s["vectors"], self.encoder.dim, self.out / s["name"] / (file + ".tmp"))
+            store.close()
+            (self.out / s["name"] / (file + ".tmp")).rename(self.out / s["name"] / file)
+            s["index"], s["index_sha256"] = file, sha256_file(self.out / s["name"] / file)
+            self._commit()
+
+
+def _take(stream: Iterator[Record], want: int, seen: set[str]) -> tuple[list[Document], int, Counter, dict]:
+    """Pull records until `want` documents are accepted (or the stream ends)."""
+    docs: list[Document] = []
+    skipped: Counter[str] = Counter()
+    examples: dict[str, list[str]] = {}
+    n_inputs = 0
+    while len(docs) < want:
+        record = next(stream, None)
+        if record is None:
+            break
+        n_inputs += 1
+        if isinstance(record, Document) and record.id in seen:
+            record = Skip("duplicate_id", record.id, "an earlier document has this id")
+        if isinstance(record, Skip):
+            skipped[record.reason] += 1
+            if len(examples.setdefault(record.reason, [])) < EXAMPLES_PER_REASON:
+                examples[record.reason].append(record.source)
+            level = logging.DEBUG if record.reason in QUIET_SKIPS else logging.WARNING
+            log.log(level, "skipped %s (%s)%s", record.source, record.reason, f": {record.detail}" if record.detail else "")
+            continue
+        seen.add(record.id)
+        docs.append(record)
+    return docs, n_inputs, skipped, examples
+
+
+def _concat(parts: list[Encoded], dim: int) -> Encoded:
+    if not parts:
+        return Encoded(np.zeros((0, dim), np.float32), [])
+    return Encoded(np.concatenate([p.vectors for p in parts]), [u for p in parts for u in p.units])
+
+
+def _ours(path: Path) -> bool:
+    """Files a build of ours may leave before its first commit."""
+    return path.name.startswith(("shard-", TRAINED, "manifest.json"))
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()

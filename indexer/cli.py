@@ -1,0 +1,50 @@
+"""`propdex index`: read a corpus, build an index."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from encoders import DEFAULT_BACKBONE, ENCODERS, load_encoder
+
+from . import ann
+from .build import IndexWriter
+from .readers import FORMATS, read_corpus
+
+log = logging.getLogger("propdex")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("index", help="index a corpus", description="Encode a corpus and build a sharded index.")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="files or directories (JSONL, BEIR, HotpotQA, PropSegment, MediaWiki XML, WikiExtractor)")
+    p.add_argument("--out", required=True, type=Path, help="index directory (created; an unfinished build there is resumed)")
+    p.add_argument("--encoder", default="tokens", choices=sorted(ENCODERS))
+    p.add_argument("--format", choices=FORMATS, help="input format (default: detected)")
+    p.add_argument("--shard-docs", type=int, default=10_000, help="documents per shard (default 10000)")
+    p.add_argument("--factory", help="FAISS factory string (default: Flat for small corpora, else OPQ+IVF+PQ)")
+    p.add_argument("--backend", default="faiss", choices=ann.BACKENDS, help="stage-1 ANN library")
+    p.add_argument("--backbone", default=DEFAULT_BACKBONE, help="Hugging Face model name or local directory")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--keep-punct", action="store_true", help="tokens encoder: keep punctuation tokens")
+    p.add_argument("--limit", type=int, help="index at most N documents")
+    p.set_defaults(run=run_index)
+
+
+def run_index(args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 1:
+        raise ValueError("--limit must be at least 1")
+    options = {"drop_punct": not args.keep_punct} if args.encoder == "tokens" else {}
+    encoder = load_encoder(args.encoder, backbone=args.backbone, device=args.device, batch_size=args.batch_size, **options)
+    inputs = {"paths": [str(Path(p).resolve()) for p in args.inputs], "format": args.format, "limit": args.limit}
+    records = read_corpus(args.inputs, args.format)
+    writer = IndexWriter(args.out, encoder, shard_docs=args.shard_docs, factory=args.factory, backend=args.backend, inputs=inputs)
+    manifest = writer.build(records, limit=args.limit)
+    c = manifest["counts"]
+    print(
+        f"indexed {c['documents']} documents ({c['sentences']} sentences) as {c['vectors']} vectors "
+        f"in {len(manifest['shards'])} shards [{manifest['index']['factory']}] at {args.out}; "
+        f"skipped {c['skipped']} inputs {json.dumps(manifest['skipped']) if manifest['skipped'] else ''}".rstrip()
+    )
+    return 0

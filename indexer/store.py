@@ -1,0 +1,159 @@
+"""One shard's LMDB environment: documents, unit records and float16 vectors.
+
+A shard holds documents 0..n-1 (ordinals local to the shard) and their vectors
+0..V-1 in document order, so vector ids are the FAISS ids of the shard's index
+and `offsets[d]:offsets[d+1]` are document d's vectors. Keys:
+
+    doc/<ord>    JSON {id, title, text, sentences}
+    vec/<ord>    float16 (n, dim) row-major: what stage 2 re-scores exactly
+    sen/<ord>    int32 (n, 2): first and last sentence of each unit
+    unit/<ord>   int32 packed [kind, nspans, a1, b1, ...] per unit
+    id/<doc id>  ordinal, for lookups by id
+    offsets      int64 (n_docs + 1): vector id -> document (the vid -> unit map)
+    info         JSON {docs, vectors, dim, sentences}
+"""
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import lmdb
+import numpy as np
+
+from encoders.units import Document, Encoded, Kind, Unit
+
+LMDB_DIR = "meta.lmdb"
+
+
+def _key(prefix: bytes, ordinal: int) -> bytes:
+    return prefix + struct.pack(">I", ordinal)
+
+
+def pack_units(units: Sequence[Unit]) -> tuple[np.ndarray, np.ndarray]:
+    sentences = np.array([(u.sentence, u.last_sentence) for u in units], dtype=np.int32).reshape(-1, 2)
+    packed: list[int] = []
+    for u in units:
+        packed += [int(u.kind), len(u.spans)]
+        for a, b in u.spans:
+            packed += [a, b]
+    return sentences, np.array(packed, dtype=np.int32)
+
+
+def unpack_units(doc_id: str, sentences: np.ndarray, packed: np.ndarray) -> list[Unit]:
+    units, i = [], 0
+    for first, last in sentences.tolist():
+        kind, n = int(packed[i]), int(packed[i + 1])
+        flat = packed[i + 2 : i + 2 + 2 * n].tolist()
+        units.append(Unit(doc_id, first, tuple(zip(flat[::2], flat[1::2])), Kind(kind), last))
+        i += 2 + 2 * n
+    return units
+
+
+@dataclass
+class StoredDoc:
+    ordinal: int
+    doc: Document
+    vectors: np.ndarray  # float16 (n, dim)
+    unit_sentences: np.ndarray  # int32 (n, 2)
+
+
+def write_shard(path: Path, docs: Sequence[Document], encoded: Sequence[Encoded], dim: int) -> dict:
+    """Write a complete shard store at `path` (a fresh directory) in one transaction."""
+    payload = sum(len(d.text) * 4 + e.vectors.shape[0] * (dim * 2 + 64) for d, e in zip(docs, encoded))
+    path.mkdir(parents=True)
+    env = lmdb.open(str(path / LMDB_DIR), map_size=2 * payload + (64 << 20), subdir=True, lock=False)
+    offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+    n_sentences = 0
+    with env.begin(write=True) as txn:
+        for i, (doc, enc) in enumerate(zip(docs, encoded)):
+            record = {"id": doc.id, "title": doc.title, "text": doc.text, "sentences": doc.sentences}
+            if doc.focus:
+                record["focus"] = doc.focus
+            txn.put(_key(b"doc/", i), json.dumps(record, ensure_ascii=False).encode())
+            txn.put(_key(b"vec/", i), enc.vectors.astype(np.float16).tobytes())
+            sentences, packed = pack_units(enc.units)
+            txn.put(_key(b"sen/", i), sentences.tobytes())
+            txn.put(_key(b"unit/", i), packed.tobytes())
+            txn.put(b"id/" + doc.id.encode(), struct.pack(">I", i))
+            offsets[i + 1] = offsets[i] + len(enc.units)
+            n_sentences += len(doc.sentences)
+        info = {"docs": len(docs), "vectors": int(offsets[-1]), "dim": dim, "sentences": n_sentences}
+        txn.put(b"offsets", offsets.tobytes())
+        txn.put(b"info", json.dumps(info).encode())
+    env.sync(True)
+    env.close()
+    return info
+
+
+class ShardStore:
+    """Read access to one shard's LMDB (read-only, safe to share across threads)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.env = lmdb.open(str(path / LMDB_DIR), readonly=True, lock=False, subdir=True, max_readers=256)
+        with self.env.begin() as txn:
+            self.info = json.loads(txn.get(b"info"))
+            self.offsets = np.frombuffer(txn.get(b"offsets"), dtype=np.int64)
+        self.dim = int(self.info["dim"])
+
+    def __len__(self) -> int:
+        return int(self.info["docs"])
+
+    def doc_of_vectors(self, vids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.offsets, vids, side="right") - 1
+
+    def ordinal(self, doc_id: str) -> int | None:
+        with self.env.begin() as txn:
+            raw = txn.get(b"id/" + doc_id.encode())
+        return None if raw is None else struct.unpack(">I", raw)[0]
+
+    def document(self, ordinal: int) -> Document:
+        with self.env.begin() as txn:
+            return _document(txn.get(_key(b"doc/", ordinal)))
+
+    def units(self, ordinal: int) -> list[Unit]:
+        with self.env.begin() as txn:
+            doc_id = json.loads(txn.get(_key(b"doc/", ordinal)))["id"]
+            sentences = np.frombuffer(txn.get(_key(b"sen/", ordinal)), dtype=np.int32).reshape(-1, 2)
+            packed = np.frombuffer(txn.get(_key(b"unit/", ordinal)), dtype=np.int32)
+        return unpack_units(doc_id, sentences, packed)
+
+    def vectors(self, ordinals: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(float16 vectors, unit sentence ranges) of each document, one read transaction."""
+        out = []
+        with self.env.begin(buffers=True) as txn:
+            for o in ordinals:
+                vec = np.frombuffer(txn.get(_key(b"vec/", o)), dtype=np.float16).reshape(-1, self.dim).copy()
+                sen = np.frombuffer(txn.get(_key(b"sen/", o)), dtype=np.int32).reshape(-1, 2).copy()
+                out.append((vec, sen))
+        return out
+
+    def iter_vectors(self, chunk_docs: int = 1024) -> Iterator[np.ndarray]:
+        """All vectors in vector-id order, a chunk of documents at a time (float32)."""
+        for start in range(0, len(self), chunk_docs):
+            parts = [v for v, _ in self.vectors(range(start, min(start + chunk_docs, len(self))))]
+            if parts:
+                yield np.concatenate(parts).astype(np.float32)
+
+    def doc_ids(self) -> Iterator[str]:
+        with self.env.begin() as txn:
+            cursor = txn.cursor()
+            if cursor.set_range(b"id/"):
+                for key in cursor.iternext(values=False):
+                    if not key.startswith(b"id/"):
+                        break
+                    yield key[3:].decode()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _document(raw: bytes) -> Document:
+    r = json.loads(raw)
+    return Document(
+        r["id"], r["text"], r.get("title", ""),
+        tuple(tuple(s) for s in r["sentences"]), tuple(tuple(s) for s in r.get("focus", ())),
+    )

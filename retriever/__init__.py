@@ -1,0 +1,4 @@
+"""Retriever: load a propdex index and search it."""
+from .searcher import LEVELS, Hit, Searcher
+
+__all__ = ["LEVELS", "Hit", "Searcher"]

@@ -1,0 +1,74 @@
+"""`propdex search` and `propdex info`."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from indexer.manifest import read_manifest
+
+from .searcher import LEVELS, Searcher
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("search", help="search an index", description="Search an index and print ranked results.")
+    p.add_argument("index", type=Path, metavar="DIR")
+    p.add_argument("query", metavar="QUERY")
+    p.add_argument("-k", type=int, default=10, help="number of results (default 10)")
+    p.add_argument("--level", default="doc", choices=LEVELS)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--nprobe", type=int, default=32, help="IVF lists probed per query vector")
+    p.add_argument("--candidates", type=int, help="ANN hits per query vector and shard")
+    p.add_argument("--rerank", type=int, help="documents re-scored exactly")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(run=run_search)
+
+    p = sub.add_parser("info", help="print an index's manifest summary as JSON")
+    p.add_argument("index", type=Path, metavar="DIR")
+    p.set_defaults(run=run_info)
+
+
+def run_search(args: argparse.Namespace) -> int:
+    with Searcher.load(args.index, device=args.device, nprobe=args.nprobe) as searcher:
+        hits = searcher.search(args.query, k=args.k, level=args.level, candidates=args.candidates, rerank=args.rerank)
+    if args.json:
+        print(json.dumps({"query": args.query, "results": [h.to_json() for h in hits]}, ensure_ascii=False, indent=1))
+        return 0
+    for h in hits:
+        print(f"{h.rank:>3}. {h.score:8.3f}  {h.title or h.doc_id}  [sentence {h.sentence_index}]")
+        print(f"     {highlight(h.sentence_text, h.spans)}")
+    if not hits:
+        print("no results")
+    return 0
+
+
+def highlight(text: str, spans: list[tuple[int, int]]) -> str:
+    """Mark matched spans with [brackets] for a terminal."""
+    out, pos = [], 0
+    for a, b in sorted(spans):
+        if a < pos:
+            continue
+        out += [text[pos:a], "[", text[a:b], "]"]
+        pos = b
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def run_info(args: argparse.Namespace) -> int:
+    m = read_manifest(args.index)
+    shards = m["shards"]
+    summary = {
+        "path": str(args.index),
+        "status": m["status"],
+        "encoder": m["encoder"],
+        "backbone": m["backbone"],
+        "index": m["index"],
+        "counts": m.get("counts", {}),
+        "skipped": m.get("skipped", {}),
+        "shards": len(shards),
+        "bytes": sum(f.stat().st_size for f in Path(args.index).rglob("*") if f.is_file()),
+        "versions": m.get("versions", {}),
+        "updated": m.get("updated"),
+    }
+    print(json.dumps(summary, indent=1, ensure_ascii=False))
+    return 0

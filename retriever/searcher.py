@@ -1,0 +1,276 @@
+"""Searcher: load a committed index, search it in two stages.
+
+Stage 1 sends every query vector to every shard's ANN index (shards in
+parallel) and estimates a MaxSim score per candidate document from the hits.
+Stage 2 re-scores the best candidates exactly from their stored vectors and
+aggregates to the level asked for: document, sentence or unit.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import faiss
+import numpy as np
+
+from encoders import Document, Encoder, encoder_from_config
+from encoders.units import Unit
+from indexer import ann
+from indexer.manifest import read_manifest
+from indexer.store import ShardStore
+
+from . import scoring
+
+log = logging.getLogger(__name__)
+
+Level = Literal["doc", "sentence", "unit"]
+LEVELS = ("doc", "sentence", "unit")
+
+
+@dataclass
+class Hit:
+    rank: int
+    doc_id: str
+    title: str
+    score: float
+    sentence_index: int
+    sentence_text: str
+    spans: list[tuple[int, int]]  # char spans in sentence_text that matched
+    units: list[Unit] = field(default_factory=list, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "doc_id": self.doc_id,
+            "title": self.title,
+            "score": round(self.score, 6),
+            "sentence": {"index": self.sentence_index, "text": self.sentence_text},
+            "spans": [list(s) for s in self.spans],
+        }
+
+
+@dataclass
+class _Shard:
+    name: str
+    store: ShardStore
+    index: Any  # faiss.Index or ann.HnswIndex
+
+
+@dataclass
+class _Candidate:
+    """One re-scored document: exact similarities of every query vector to its units."""
+
+    shard: int
+    ordinal: int
+    sim: np.ndarray  # (m, n) float32
+    unit_sentences: np.ndarray  # (n, 2)
+    score: float
+
+
+class Searcher:
+    def __init__(self, path: Path, manifest: dict[str, Any], encoder: Encoder, shards: list[_Shard], nprobe: int) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.encoder = encoder
+        self.shards = shards
+        self._pool = ThreadPoolExecutor(max_workers=max(1, min(len(shards), os.cpu_count() or 1)))
+        self._nprobe_lock = threading.Lock()
+        self._nprobe = -1
+        self._set_nprobe(nprobe)
+
+    @classmethod
+    def load(
+        cls, path: str | Path, *, device: str = "auto", encoder: Encoder | None = None, nprobe: int = 32, mmap: bool = False
+    ) -> "Searcher":
+        path = Path(path)
+        manifest = read_manifest(path)
+        if manifest["status"] != "complete":
+            log.warning("index %s is not complete (%s): searching its finished shards only; re-run the build to finish it", path, manifest["status"])
+        if encoder is None:
+            encoder = encoder_from_config(manifest["encoder"], device=device)
+        if encoder.config() != manifest["encoder"]:
+            raise ValueError(f"encoder {encoder.config()} does not match the index's {manifest['encoder']}")
+        if encoder.backbone.weights_hash != manifest["backbone"]["weights_sha256"]:
+            raise ValueError(f"backbone {encoder.backbone.name!r} here has other weights than the index was built with")
+        shards = []
+        for s in manifest["shards"]:
+            if s["index"] is None:
+                continue
+            store = ShardStore(path / s["name"])
+            file = path / s["name"] / s["index"]
+            index = ann.HnswIndex(file, store.dim, s["vectors"]) if s["index"].endswith(".hnsw") else ann.read_faiss(file, mmap)
+            shards.append(_Shard(s["name"], store, index))
+        return cls(path, manifest, encoder, shards, nprobe)
+
+    def _set_nprobe(self, nprobe: int) -> None:
+        if nprobe == self._nprobe:
+            return
+        with self._nprobe_lock:
+            for shard in self.shards:
+                if isinstance(shard.index, faiss.Index):
+                    try:
+                        faiss.ParameterSpace().set_index_parameter(shard.index, "nprobe", nprobe)
+                    except RuntimeError:
+                        pass  # not an IVF index: nothing to probe
+            self._nprobe = nprobe
+
+    # -- public API ----------------------------------------------------------------
+    def search(self, query: str | Document, k: int = 10, level: Level = "doc", **options: Any) -> list[Hit]:
+        return self.search_batch([query], k=k, level=level, **options)[0]
+
+    def search_batch(
+        self,
+        queries: Sequence[str | Document],
+        k: int = 10,
+        level: Level = "doc",
+        *,
+        nprobe: int | None = None,
+        candidates: int | None = None,
+        rerank: int | None = None,
+        exclude: Sequence[set[str]] | None = None,
+    ) -> list[list[Hit]]:
+        """Search many queries; `candidates` = ANN hits per query vector and shard,
+        `rerank` = documents re-scored exactly per query, `exclude` = doc ids to
+        leave out of each query's results."""
+        if level not in LEVELS:
+            raise ValueError(f"unknown level {level!r}; choose from {', '.join(LEVELS)}")
+        if k < 1:
+            raise ValueError("k must be at least 1")
+        for q in queries:
+            if not (q.text if isinstance(q, Document) else q).strip():
+                raise ValueError("empty query")
+        if nprobe is not None:
+            self._set_nprobe(nprobe)
+        encoded = self.encoder.encode_queries(list(queries))
+        m_total = [len(e.vectors) for e in encoded]
+        all_vectors = np.concatenate([e.vectors for e in encoded])
+        multi = max(m_total) > 1
+        per_vector = candidates or (64 if multi else max(100, 10 * k))
+        hits = self._stage1(all_vectors, per_vector)
+        results = []
+        start = 0
+        for qi, e in enumerate(encoded):
+            rows = slice(start, start + m_total[qi])
+            start += m_total[qi]
+            n_rerank = rerank or max(100, 4 * k)
+            skip = exclude[qi] if exclude else set()
+            cands = self._stage2(e.vectors, [(s, h[0][rows], h[1][rows]) for s, h in enumerate(hits)], n_rerank, skip)
+            results.append(self._aggregate(cands, k, level))
+        return results
+
+    # -- stage 1 ---------------------------------------------------------------------
+    def _stage1(self, vectors: np.ndarray, per_vector: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per shard: (scores, document ordinals) of each query vector's ANN hits."""
+
+        def one(shard: _Shard) -> tuple[np.ndarray, np.ndarray]:
+            n = min(per_vector, shard.index.ntotal)
+            if n == 0:
+                return np.zeros((len(vectors), 0), np.float32), np.zeros((len(vectors), 0), np.int64)
+            scores, ids = shard.index.search(np.ascontiguousarray(vectors), n)
+            valid = ids >= 0
+            docs = np.where(valid, shard.store.doc_of_vectors(np.where(valid, ids, 0)), -1)
+            return np.where(valid, scores, -np.inf).astype(np.float32), docs
+
+        return list(self._pool.map(one, self.shards))
+
+    # -- stage 2 ---------------------------------------------------------------------
+    def _stage2(
+        self, q: np.ndarray, hits: list[tuple[int, np.ndarray, np.ndarray]], n_rerank: int, exclude: set[str]
+    ) -> list[_Candidate]:
+        m = len(q)
+        keys, scores, query_of = [], [], []
+        for shard, s, d in hits:
+            valid = d >= 0
+            keys.append((np.int64(shard) << 32) | d[valid])
+            scores.append(s[valid])
+            query_of.append(np.nonzero(valid)[0])
+        keys_all = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+        if len(keys_all) == 0:
+            return []
+        scores_all = np.concatenate(scores)
+        query_all = np.concatenate(query_of)
+        # Each query vector's weakest retrieved score over all shards bounds what it missed.
+        floor = np.full(m, np.inf, dtype=np.float32)
+        np.minimum.at(floor, query_all, scores_all)
+        floor[~np.isfinite(floor)] = 0.0
+        docs, approx = scoring.approximate_doc_scores(scores_all, keys_all, m, query_all, floor)
+        order = np.argsort(-approx, kind="stable")
+        chosen = docs[order[: n_rerank + len(exclude)]]
+
+        by_shard: dict[int, list[int]] = {}
+        for key in chosen.tolist():
+            by_shard.setdefault(key >> 32, []).append(key & 0xFFFFFFFF)
+        out = []
+        for shard, ordinals in by_shard.items():
+            store = self.shards[shard].store
+            if exclude:
+                ordinals = [o for o in ordinals if store.document(o).id not in exclude]
+            for o, (vec, sen) in zip(ordinals, store.vectors(ordinals)):
+                sim = scoring.similarities(q, vec)
+                out.append(_Candidate(shard, o, sim, sen, scoring.maxsim(sim)))
+        out.sort(key=lambda c: (-c.score, c.shard, c.ordinal))
+        return out[:n_rerank]
+
+    # -- aggregation -------------------------------------------------------------------
+    def _aggregate(self, cands: list[_Candidate], k: int, level: Level) -> list[Hit]:
+        if level == "doc":
+            picked = [(c, None) for c in cands[:k]]
+            return [self._hit(r + 1, c, c.score, None) for r, (c, _) in enumerate(picked)]
+        rows: list[tuple[float, int, int]] = []  # (score, candidate index, sentence or unit)
+        for ci, c in enumerate(cands):
+            if level == "sentence":
+                n_sent = int(c.unit_sentences[:, 1].max()) + 1 if len(c.unit_sentences) else 0
+                scores = scoring.sentence_scores(c.sim, c.unit_sentences, n_sent)
+            else:
+                scores = scoring.unit_scores(c.sim)
+            for j in scoring.top_k(scores, k):
+                if np.isfinite(scores[j]):
+                    rows.append((float(scores[j]), ci, int(j)))
+        rows.sort(key=lambda r: (-r[0], cands[r[1]].shard, cands[r[1]].ordinal, r[2]))
+        return [self._hit(rank + 1, cands[ci], score, (level, j)) for rank, (score, ci, j) in enumerate(rows[:k])]
+
+    def _hit(self, rank: int, c: _Candidate, score: float, where: tuple[str, int] | None) -> Hit:
+        store = self.shards[c.shard].store
+        doc = store.document(c.ordinal)
+        units = store.units(c.ordinal)
+        first, last = c.unit_sentences[:, 0], c.unit_sentences[:, 1]
+        if where is None or where[0] == "sentence":
+            if where is None:
+                n_sent = int(last.max()) + 1 if len(last) else 0
+                sentence = int(np.argmax(scoring.sentence_scores(c.sim, c.unit_sentences, n_sent))) if n_sent else 0
+            else:
+                sentence = where[1]
+            inside = np.flatnonzero((first <= sentence) & (last >= sentence))
+            # The units that are some query vector's best match inside the sentence.
+            matched = sorted(set(inside[c.sim[:, inside].argmax(axis=1)].tolist())) if len(inside) else []
+        else:
+            matched = [where[1]]
+            sentence = int(first[where[1]])
+        sentences = doc.sentences or ((0, len(doc.text)),)
+        sentence = min(sentence, len(sentences) - 1)
+        s_start, s_end = sentences[sentence]
+        spans = []
+        for u in (units[j] for j in matched):
+            base = sentences[u.sentence][0] - s_start
+            for a, b in u.spans:
+                a, b = max(a + base, 0), min(b + base, s_end - s_start)
+                if a < b:
+                    spans.append((a, b))
+        return Hit(rank, doc.id, doc.title, score, sentence, doc.text[s_start:s_end], sorted(set(spans)), [units[j] for j in matched])
+
+    def close(self) -> None:
+        self._pool.shutdown()
+        for shard in self.shards:
+            shard.store.close()
+
+    def __enter__(self) -> "Searcher":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
