@@ -1,0 +1,107 @@
+import numpy as np
+import pytest
+
+from encoders import Document, Kind, Passage, load_encoder
+from encoders.base import cut_passages
+
+
+def unit_text(doc: Document, unit) -> str:
+    base = doc.sentences[unit.sentence][0]
+    return " ".join(doc.text[base + a : base + b] for a, b in unit.spans)
+
+
+DOC = Document(
+    "d1",
+    "Paris is the capital of France. It has 2 million people! The Eiffel Tower, built in 1889, is there.",
+    "Paris",
+    ((0, 31), (32, 56), (57, 99)),
+)
+
+
+def test_token_units_point_at_their_exact_text(tiny):
+    enc = load_encoder("tokens", backbone=tiny)
+    out = enc.encode(enc.passages(DOC))[0]
+    texts = [unit_text(DOC, u) for u in out.units]
+    assert texts[:6] == ["Paris", "is", "the", "capital", "of", "France"]
+    assert "," not in texts and "." not in texts  # punctuation dropped by default
+    assert all(u.kind == Kind.TOKEN for u in out.units)
+    assert {u.sentence for u in out.units} == {0, 1, 2}
+    assert out.vectors.dtype == np.float32 and out.vectors.shape == (len(out.units), enc.dim)
+    np.testing.assert_allclose(np.linalg.norm(out.vectors, axis=1), 1.0, rtol=1e-5)
+
+
+def test_keep_punct_keeps_punctuation_and_queries_never_come_back_empty(tiny):
+    keep = load_encoder("tokens", backbone=tiny, drop_punct=False)
+    assert "," in [unit_text(DOC, u) for u in keep.encode(keep.passages(DOC))[0].units]
+    drop = load_encoder("tokens", backbone=tiny)
+    assert len(drop.encode_queries(["?!"])[0].vectors) > 0
+
+
+def test_single_gives_one_passage_unit_spanning_its_sentences(tiny):
+    enc = load_encoder("single", backbone=tiny)
+    out = enc.encode(enc.passages(DOC))[0]
+    assert out.vectors.shape == (1, enc.dim)
+    (u,) = out.units
+    assert (u.kind, u.sentence, u.last_sentence, u.spans) == (Kind.PASSAGE, 0, 2, ((0, 99),))
+
+
+def test_focus_restricts_vectors_to_the_focus_but_keeps_context(tiny):
+    focused = Document(DOC.id, DOC.text, sentences=DOC.sentences, focus=((60, 72),))  # "Eiffel Tower"
+    tokens = load_encoder("tokens", backbone=tiny)
+    out = tokens.encode(tokens.passages(focused))[0]
+    assert "".join(unit_text(focused, u) for u in out.units) == "EiffelTower"
+    # context matters: the same words alone give other vectors
+    alone = tokens.encode_queries(["Eiffel Tower"])[0]
+    assert not np.allclose(out.vectors[0], alone.vectors[0], atol=1e-3)
+    single = load_encoder("single", backbone=tiny)
+    (u,) = single.encode(single.passages(focused))[0].units
+    assert u.spans == ((3, 15),) and u.sentence == 2
+
+
+def test_encoding_is_deterministic_and_independent_of_batching(tiny):
+    enc = load_encoder("tokens", backbone=tiny, batch_size=1)
+    texts = ["short one", "a somewhat longer passage of text here", "mid length text"]
+    one = enc.encode([Passage.of_text(t) for t in texts])
+    enc.batch_size = 3
+    three = enc.encode([Passage.of_text(t) for t in texts])
+    for a, b in zip(one, three):
+        np.testing.assert_allclose(a.vectors, b.vectors, atol=1e-5)
+        assert a.units == b.units
+
+
+def test_long_documents_are_cut_into_windows_covering_all_text(tiny):
+    sentence = "word " * 30
+    text = " ".join([sentence.strip() + "."] * 5) + " " + ("giant " * 150).strip() + "."
+    spans, pos = [], 0
+    for part in text.split(". "):
+        start = text.index(part, pos)
+        spans.append((start, start + len(part) + (1 if not part.endswith(".") else 0)))
+        pos = start + len(part)
+    doc = Document("long", text, sentences=tuple(spans))
+    window = 62
+    passages = cut_passages(doc, tiny, window)
+    assert len(passages) > 3
+    tok = tiny.tokenizer
+    for p in passages:
+        assert len(tok(p.text, add_special_tokens=False)["input_ids"]) <= window
+    # the windows tile the document's text without gaps or overlaps
+    covered = "".join(p.text for p in passages).replace(" ", "")
+    assert covered == text.replace(" ", "")
+    enc = load_encoder("tokens", backbone=tiny)
+    total = sum(len(e.units) for e in enc.encode(passages))
+    assert total == len(tok(text, add_special_tokens=False)["input_ids"]) - text.count(".")
+
+
+def test_unknown_encoder_and_backbone_fail_with_one_line(tiny):
+    with pytest.raises(ValueError, match="unknown encoder"):
+        load_encoder("nope", backbone=tiny)
+    with pytest.raises(ValueError, match="cannot load backbone"):
+        load_encoder("single", backbone="/nonexistent/model-dir-xyz")
+
+
+@pytest.mark.slow
+def test_minilm_single_ranks_a_paraphrase_above_an_unrelated_sentence(minilm):
+    enc = load_encoder("single", backbone=minilm)
+    a, b, c = (e.vectors[0] for e in enc.encode_queries([
+        "A man is playing a guitar.", "Someone plays an acoustic guitar.", "The stock market fell sharply today."]))
+    assert a @ b > a @ c + 0.3

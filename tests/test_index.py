@@ -1,0 +1,159 @@
+"""Index writer and searcher on real HotpotQA paragraphs with a tiny random backbone."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from encoders import Document, load_encoder
+from indexer import ann
+from indexer.build import IndexWriter
+from indexer.manifest import read_manifest, sha256_file
+from indexer.readers import Skip
+from indexer.store import ShardStore
+from retriever import Searcher
+from retriever.scoring import maxsim
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build(tmp_path, backbone, docs, name="ix", **kw):
+    enc = load_encoder(kw.pop("encoder", "tokens"), backbone=backbone)
+    return enc, IndexWriter(tmp_path / name, enc, shard_docs=kw.pop("shard_docs", 50), **kw).build(docs)
+
+
+def test_build_writes_shards_manifest_and_exact_store(tmp_path, tiny, hotpot_docs):
+    enc, manifest = build(tmp_path, tiny, hotpot_docs)
+    ix = tmp_path / "ix"
+    assert manifest["status"] == "complete"
+    assert manifest["counts"]["documents"] == len(hotpot_docs)
+    assert len(manifest["shards"]) == -(-len(hotpot_docs) // 50)
+    assert manifest["index"]["factory"] == "Flat"  # tiny corpus
+    assert manifest["backbone"]["weights_sha256"] == enc.backbone.weights_hash
+    for s in manifest["shards"]:
+        assert sha256_file(ix / s["name"] / "meta.lmdb" / "data.mdb") == s["lmdb_sha256"]
+        assert sha256_file(ix / s["name"] / s["index"]) == s["index_sha256"]
+    assert not list(ix.glob("*.tmp"))
+    # the store gives back exactly what was encoded
+    doc = hotpot_docs[7]
+    store = ShardStore(ix / manifest["shards"][0]["name"])
+    ordinal = store.ordinal(doc.id)
+    assert store.document(ordinal) == doc
+    expected = enc.encode(enc.passages(doc))
+    vec, sen = store.vectors([ordinal])[0]
+    np.testing.assert_allclose(vec.astype(np.float32), np.concatenate([e.vectors for e in expected]), atol=2e-3)
+    assert store.units(ordinal) == [u for e in expected for u in e.units]
+    assert sen.tolist() == [[u.sentence, u.last_sentence] for e in expected for u in e.units]
+
+
+def test_search_levels_agree_with_brute_force_maxsim(tmp_path, tiny, hotpot_docs):
+    enc, _ = build(tmp_path, tiny, hotpot_docs)
+    query = "Which American director was born in 1966?"
+    q = enc.encode_queries([query])[0].vectors
+    brute = sorted(
+        ((maxsim(q @ np.concatenate([e.vectors for e in enc.encode(enc.passages(d))]).T), d.id) for d in hotpot_docs),
+        reverse=True,
+    )
+    with Searcher.load(tmp_path / "ix", encoder=enc) as s:
+        hits = s.search(query, k=5, rerank=len(hotpot_docs), candidates=10_000)
+        assert [h.doc_id for h in hits] == [d for _, d in brute[:5]]
+        assert hits[0].score == pytest.approx(brute[0][0], abs=0.05)
+        sentences = s.search(query, k=5, level="sentence")
+        assert sentences[0].score <= hits[0].score + 1e-4  # a sentence's MaxSim never beats its document's
+        for h in sentences:
+            doc = next(d for d in hotpot_docs if d.id == h.doc_id)
+            assert h.sentence_text == doc.sentence_text(h.sentence_index)
+            assert all(0 <= a < b <= len(h.sentence_text) for a, b in h.spans)
+        units = s.search(query, k=3, level="unit")
+        assert len(units) == 3 and all(len(h.units) == 1 for h in units)
+
+
+def test_duplicate_empty_and_bad_records_are_counted_not_indexed(tmp_path, tiny, hotpot_docs):
+    docs = hotpot_docs[:5]
+    records = [*docs, docs[0], Skip("malformed_json", "x.jsonl:3")]
+    _, manifest = build(tmp_path, tiny, records, shard_docs=3)
+    assert manifest["counts"]["documents"] == 5
+    assert manifest["skipped"] == {"duplicate_id": 1, "malformed_json": 1}
+    assert manifest["counts"]["inputs"] == 7
+
+
+def test_refuses_foreign_directories_and_other_settings(tmp_path, tiny, hotpot_docs):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    enc = load_encoder("tokens", backbone=tiny)
+    with pytest.raises(ValueError, match="not empty"):
+        IndexWriter(foreign, enc)
+    build(tmp_path, tiny, hotpot_docs[:5])
+    with pytest.raises(ValueError, match="other settings"):
+        IndexWriter(tmp_path / "ix", enc, shard_docs=7)
+    with pytest.raises(ValueError, match="no index"):
+        Searcher.load(foreign)
+    with pytest.raises(ValueError, match="invalid FAISS factory"):
+        IndexWriter(tmp_path / "other", enc, factory="IVFbanana")
+
+
+def test_pq_factory_and_hnsw_backend_find_the_same_top_documents(tmp_path, tiny, hotpot_docs):
+    enc, flat = build(tmp_path, tiny, hotpot_docs, name="flat")
+    _, pq = build(tmp_path, tiny, hotpot_docs, name="pq", factory="IVF16,PQ8")
+    _, hnsw = build(tmp_path, tiny, hotpot_docs, name="hnsw", backend="hnsw")
+    assert pq["index"]["factory"] == "IVF16,PQ8" and hnsw["index"]["factory"] == "HNSW"
+    query = "the British rock band formed in London"
+    results = {}
+    for name in ("flat", "pq", "hnsw"):
+        with Searcher.load(tmp_path / name, encoder=enc) as s:
+            results[name] = [h.doc_id for h in s.search(query, k=5, nprobe=16)]
+    assert results["pq"] == results["flat"] and results["hnsw"] == results["flat"]
+    pq_bytes = sum((tmp_path / "pq" / s["name"] / "index.faiss").stat().st_size for s in pq["shards"])
+    flat_bytes = sum((tmp_path / "flat" / s["name"] / "index.faiss").stat().st_size for s in flat["shards"])
+    assert pq_bytes < flat_bytes / 4
+
+
+def test_default_factory_scales_with_the_corpus():
+    assert ann.default_factory(1_000, 384) == "Flat"
+    assert ann.default_factory(1_000_000, 384) == "OPQ96,IVF4096,PQ96"
+    assert ann.default_factory(200_000, 64) == "OPQ16,IVF2048,PQ16"
+    factory = ann.default_factory(60_000, 384)
+    nlist = int(factory.split(",")[1][3:])
+    assert 60_000 // nlist >= 39
+
+
+def _cli(args, **kw):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "eval.cli", *args], cwd=ROOT, env=env, **kw)
+
+
+def test_sigkilled_build_resumes_to_the_same_index(tmp_path, tiny_dir):
+    hotpot = Path(__file__).resolve().parents[2] / "shared/data/hotpotqa/hotpot_dev_distractor_600.json"
+    args = lambda out: ["-q", "index", str(hotpot), "--out", str(out), "--backbone", str(tiny_dir),
+                        "--shard-docs", "25", "--limit", "200", "--factory", "IVF8,PQ8", "--device", "cpu"]
+    assert _cli(args(tmp_path / "whole"), stderr=subprocess.DEVNULL).wait() == 0
+
+    victim = _cli(args(tmp_path / "killed"), stderr=subprocess.DEVNULL)
+    manifest = tmp_path / "killed" / "manifest.json"
+    deadline = time.time() + 120
+    while time.time() < deadline:  # kill once at least two shards are committed
+        if manifest.is_file() and len(json.loads(manifest.read_text())["shards"]) >= 2:
+            break
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    killed_at = len(read_manifest(tmp_path / "killed")["shards"])
+    assert read_manifest(tmp_path / "killed")["status"] == "encoding" and killed_at < 10
+    assert _cli(args(tmp_path / "killed"), stderr=subprocess.DEVNULL).wait() == 0
+
+    whole, resumed = read_manifest(tmp_path / "whole"), read_manifest(tmp_path / "killed")
+    assert resumed["status"] == "complete"
+    assert resumed["counts"] == whole["counts"]
+    assert [s["lmdb_sha256"] for s in resumed["shards"]] == [s["lmdb_sha256"] for s in whole["shards"]]
+    assert resumed["index"]["trained_sha256"] == whole["index"]["trained_sha256"]
+    enc = load_encoder("tokens", backbone=str(tiny_dir), device="cpu", max_length=None)
+    queries = ["Who directed the film?", "a band from England", "American politician born in 1950"]
+    with Searcher.load(tmp_path / "whole", encoder=enc) as a, Searcher.load(tmp_path / "killed", encoder=enc) as b:
+        for q in queries:
+            assert [(h.doc_id, round(h.score, 4)) for h in a.search(q)] == [(h.doc_id, round(h.score, 4)) for h in b.search(q)]

@@ -1,0 +1,400 @@
+"""Corpus readers on the real data files and on small broken inputs."""
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from paths import DATA
+
+from encoders.units import Document
+from indexer.readers import FORMATS, Record, Skip, detect_format, read_corpus
+
+HOTPOT = DATA / "hotpotqa" / "hotpot_dev_distractor_600.json"
+PROPSEGMENT = DATA / "propsegment" / "v1"
+DUMP_DIR = DATA / "wikipedia" / "dump"
+EXTRACTED = DATA / "wikipedia" / "extracted"
+SCIFACT = DATA / "beir" / "scifact"
+
+
+def kinds(records: list[Record]) -> Counter[str]:
+    """Documents counted as "doc", skips by reason."""
+    return Counter("doc" if isinstance(r, Document) else r.reason for r in records)
+
+
+def docs(records: list[Record]) -> list[Document]:
+    return [r for r in records if isinstance(r, Document)]
+
+
+def check_document(doc: Document) -> None:
+    assert doc.id and doc.text.strip()
+    assert doc.sentences
+    previous_end = 0
+    for start, end in doc.sentences:
+        assert previous_end <= start <= end <= len(doc.text)
+        previous_end = end
+
+
+# ----------------------------------------------------------------- real data
+
+
+def test_hotpotqa_one_document_per_distinct_title() -> None:
+    assert detect_format(HOTPOT) == "hotpotqa"
+    records = list(read_corpus([HOTPOT]))
+    assert kinds(records) == {"doc": 5926}
+    ids = [d.id for d in docs(records)]
+    assert len(set(ids)) == 5926
+    assert all(d.id == d.title for d in docs(records))
+
+
+def test_hotpotqa_sentence_indices_match_the_data() -> None:
+    questions = json.loads(HOTPOT.read_text(encoding="utf-8"))
+    by_id = {d.id: d for d in docs(list(read_corpus([HOTPOT])))}
+    first: dict[str, list[str]] = {}
+    for question in questions:
+        for title, given in question["context"]:
+            first.setdefault(title, given)
+    for title, given in first.items():
+        doc = by_id[title]
+        assert len(doc.sentences) == len(given)
+        assert [doc.sentence_text(i) for i in range(len(given))] == [s.strip() for s in given]
+    # A paragraph ending in an all-whitespace sentence keeps an empty span for it.
+    kravitz = by_id["Kravitz Design"]
+    assert kravitz.sentences[-1][0] == kravitz.sentences[-1][1]
+    # Supporting facts index the document's sentences.
+    for title, index in questions[0]["supporting_facts"]:
+        assert by_id[title].sentence_text(index) == first[title][index].strip()
+
+
+def test_propsegment_directory_reads_dev_then_test() -> None:
+    assert detect_format(PROPSEGMENT) == "propsegment"
+    records = list(read_corpus([PROPSEGMENT]))
+    assert kinds(records) == {"doc": 45 + 72}
+    dev = docs(list(read_corpus([PROPSEGMENT / "document_clusters.dev.json"])))
+    test = docs(list(read_corpus([PROPSEGMENT / "document_clusters.test.json"])))
+    assert (len(dev), len(test)) == (45, 72)
+    assert [d.id for d in docs(records)] == [d.id for d in dev + test]
+
+
+def test_propsegment_sentences_are_the_data_sentences() -> None:
+    clusters = json.loads((PROPSEGMENT / "document_clusters.dev.json").read_text(encoding="utf-8"))
+    expected = {
+        doc["document_id"]: (f"cluster {c['cluster_id']}", doc["document"], [s["sentence_text"] for s in doc["sentences"]])
+        for c in clusters
+        for doc in c["documents"]
+    }
+    for doc in docs(list(read_corpus([PROPSEGMENT / "document_clusters.dev.json"]))):
+        title, text, given = expected[doc.id]
+        assert (doc.title, doc.text) == (title, text)
+        assert [doc.sentence_text(i) for i in range(len(doc.sentences))] == [s.strip() for s in given]
+
+
+@pytest.fixture(scope="module")
+def dump_records() -> list[Record]:
+    return list(read_corpus([DUMP_DIR]))
+
+
+def test_dump_articles_and_redirects(dump_records: list[Record]) -> None:
+    (dump_file,) = DUMP_DIR.iterdir()
+    assert detect_format(dump_file) == "mediawiki"  # named ...-shortened.bz2, no .xml
+    assert kinds(dump_records) == {"doc": 106, "redirect": 100}
+    redirect = next(r for r in dump_records if isinstance(r, Skip))
+    assert redirect.source.endswith("#10") and redirect.detail == "AccessibleComputing"
+    for doc in docs(dump_records):
+        check_document(doc)
+
+
+def test_dump_text_is_clean_prose(dump_records: list[Record]) -> None:
+    anarchism = next(d for d in docs(dump_records) if d.title == "Anarchism")
+    assert anarchism.id == "12"
+    assert anarchism.text.startswith("Anarchism is a political philosophy that advocates self-governed societies")
+    assert "\nHistory\n" in anarchism.text  # a heading on its own line
+    assert "\n\n\n" not in anarchism.text
+    for doc in docs(dump_records):
+        for markup in ("{{", "}}", "[[", "]]", "<ref", "</", "'''", "&nbsp;", "Category:", "thumb|"):
+            assert markup not in doc.text, (doc.title, markup)
+
+
+def test_beir_scifact() -> None:
+    assert detect_format(SCIFACT) == "beir"
+    records = list(read_corpus([SCIFACT]))
+    assert kinds(records) == {"doc": 5183}
+    first = docs(records)[0]
+    assert first.id == "4983"
+    assert first.title.startswith("Microstructural development of human newborn cerebral white matter")
+    # The corpus file itself, as eval/datasets.py passes it.
+    assert sum(1 for _ in read_corpus([SCIFACT / "corpus.jsonl"], format="beir")) == 5183
+
+
+def test_wikiextractor_first_file() -> None:
+    assert detect_format(EXTRACTED) == "wikiextractor"
+    first_file = EXTRACTED / "AA" / "wiki_00.bz2"
+    records = list(read_corpus([first_file]))
+    assert kinds(records) == {"doc": 38}
+    first = docs(records)[0]
+    assert (first.id, first.title) == ("12", "Anarchism")
+    assert first.text.startswith("Anarchism is a political philosophy")  # title line dropped
+    for doc in docs(records):
+        check_document(doc)
+        assert doc.id.isdigit() and doc.title
+
+
+def test_wikiextractor_directory_streams_in_sorted_order() -> None:
+    records = read_corpus([EXTRACTED])
+    ids = [next(records).id for _ in range(40)]
+    assert ids[0] == "12" and ids[:38] == [d.id for d in docs(list(read_corpus([EXTRACTED / "AA" / "wiki_00.bz2"])))]
+
+
+# -------------------------------------------------------------- broken input
+
+
+def write_lines(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def test_jsonl_bad_records_become_skips(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "c.jsonl",
+        [
+            b'{"id": "a", "title": "T", "text": "Good text. Two sentences."}',
+            b'{"id": "b", "text": "unterminated',
+            "{\"id\": \"c\", \"text\": \"caf\u00e9\"}".encode("latin-1"),
+            b'{"id": "d", "text": "   "}',
+            b'{"id": "e"}',
+            b'{"title": "no id", "text": "x"}',
+            b"",
+            b'{"_id": 7, "text": "Integer id."}',
+            b'["not", "an", "object"]',
+            b'{"id": "f", "text": "' + b"x" * 100 + b'"}',
+        ],
+    )
+    records = list(read_corpus([path], max_chars=50))
+    summary = [(r.id if isinstance(r, Document) else r.reason, r.source if isinstance(r, Skip) else "") for r in records]
+    assert summary == [
+        ("a", ""),
+        ("malformed_json", f"{path}:2"),
+        ("invalid_utf8", f"{path}:3"),
+        ("empty", f"{path}:4"),
+        ("missing_field", f"{path}:5"),
+        ("missing_field", f"{path}:6"),
+        ("7", ""),
+        ("malformed_json", f"{path}:9"),
+        ("too_large", f"{path}:10"),
+    ]
+    assert records[0].title == "T" and records[0].sentences == ((0, 10), (11, 25))
+
+
+def many_jsonl_lines(n: int) -> bytes:
+    return b"".join(
+        json.dumps({"id": str(i), "text": f"Document {i} says {i * 7919 % 104729} things."}).encode() + b"\n"
+        for i in range(n)
+    )
+
+
+def test_truncated_bz2_ends_in_a_skip_and_reading_goes_on(tmp_path: Path) -> None:
+    # Level 1 uses 100 kB blocks, so the first half of the file still decodes.
+    data = bz2.compress(many_jsonl_lines(20_000), compresslevel=1)
+    broken = tmp_path / "a.jsonl.bz2"
+    broken.write_bytes(data[: len(data) // 2])
+    after = write_lines(tmp_path / "b.jsonl", [b'{"id": "next", "text": "Still read."}'])
+    records = list(read_corpus([broken, after]))
+    skips = [r for r in records if isinstance(r, Skip)]
+    assert len(skips) == 1 and skips[0].reason == "truncated_bz2"
+    n_before = records.index(skips[0])
+    assert 0 < n_before < 20_000
+    assert skips[0].detail.startswith(f"after {n_before} records")
+    assert [d.id for d in docs(records)][:n_before] == [str(i) for i in range(n_before)]
+    assert records[-1].id == "next"
+
+
+def test_truncated_real_bz2_in_a_directory(tmp_path: Path) -> None:
+    # Half of a 900 kB-block file decodes to nothing: the format comes from the name.
+    data = (EXTRACTED / "AA" / "wiki_00.bz2").read_bytes()
+    (tmp_path / "AA").mkdir()
+    (tmp_path / "AA" / "wiki_00.bz2").write_bytes(data[: len(data) // 2])
+    (tmp_path / "AA" / "wiki_01.bz2").write_bytes((EXTRACTED / "AA" / "wiki_01.bz2").read_bytes())
+    records = list(read_corpus([tmp_path]))
+    assert records[0] == Skip("truncated_bz2", str(tmp_path / "AA" / "wiki_00.bz2"), records[0].detail)
+    assert records[0].detail.startswith("after 0 records")
+    assert len(docs(records)) == len(records) - 1 > 0
+
+
+def test_gzip_is_opened_transparently(tmp_path: Path) -> None:
+    path = tmp_path / "c.data"  # no telling extension: sniffed
+    path.write_bytes(gzip.compress(many_jsonl_lines(3)))
+    assert detect_format(path) == "jsonl"
+    assert [d.id for d in docs(list(read_corpus([path])))] == ["0", "1", "2"]
+
+
+def test_directory_walk_is_sorted_recursive_and_skips_hidden_files(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    write_lines(tmp_path / "b.jsonl", [b'{"id": "b", "text": "B."}'])
+    write_lines(tmp_path / "a" / "z.jsonl", [b'{"id": "az", "text": "AZ."}'])
+    write_lines(tmp_path / ".hidden.jsonl", [b'{"id": "hidden", "text": "H."}'])
+    (tmp_path / "notes.txt").write_text("just some notes\n")
+    records = list(read_corpus([tmp_path]))
+    assert [r.id if isinstance(r, Document) else r.reason for r in records] == ["az", "b", "unreadable"]
+
+
+MEDIAWIKI = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10">
+  <siteinfo><sitename>Test</sitename></siteinfo>
+  <page><title>Ada</title><ns>0</ns><id>1</id>
+    <revision><id>100</id><text xml:space="preserve">{{Infobox person|name=Ada|born={{birth date|1815|12|10}}}}
+'''Ada Lovelace''' ({{IPAc-en|ˈ|æ|d|ə}}; 1815 – 1852) was an [[England|English]] [[mathematician]].&lt;ref name="a"&gt;{{cite book|title=T}}&lt;/ref&gt; She is &lt;b&gt;known&lt;/b&gt; for [[Charles Babbage|Babbage's]] engine.&lt;ref name="a"/&gt;
+[[File:Ada.jpg|thumb|A [[portrait]] of Ada]]
+&lt;!-- a comment --&gt;
+This line goes on
+in the same paragraph.
+
+== Early life ==
+Born in [[London]] &amp;amp; raised there.
+{| class="wikitable"
+| cell || cell
+|}
+* First item
+* Second [http://example.com link]
+
+== References ==
+{{reflist}}
+* A citation
+
+== Legacy ==
+Her legacy.
+[[Category:1815 births]]
+</text></revision>
+  </page>
+  <page><title>Lovelace</title><ns>0</ns><id>2</id><redirect title="Ada" />
+    <revision><id>101</id><text xml:space="preserve">#REDIRECT [[Ada]]</text></revision>
+  </page>
+  <page><title>Talk:Ada</title><ns>1</ns><id>3</id>
+    <revision><id>102</id><text xml:space="preserve">Talk text.</text></revision>
+  </page>
+  <page><title>Blank</title><ns>0</ns><id>4</id>
+    <revision><id>103</id><text xml:space="preserve">{{stub}}</text></revision>
+  </page>
+</mediawiki>
+"""
+
+
+def test_mediawiki_rendering_and_skips(tmp_path: Path) -> None:
+    path = tmp_path / "dump.bz2"
+    path.write_bytes(bz2.compress(MEDIAWIKI.encode()))
+    records = list(read_corpus([path]))
+    assert [(r.id if isinstance(r, Document) else r.reason) for r in records] == [
+        "1", "redirect", "namespace", "empty",
+    ]
+    assert records[1].source == f"{path}#2"
+    ada = records[0]
+    assert ada.title == "Ada"
+    assert ada.text == (
+        "Ada Lovelace (1815 – 1852) was an English mathematician. She is known for Babbage's engine.\n\n"
+        "This line goes on in the same paragraph.\n\n"
+        "Early life\n\n"
+        "Born in London & raised there.\n\n"
+        "First item\n"
+        "Second link\n\n"
+        "Legacy\n\n"
+        "Her legacy."
+    )
+    assert ada.sentence_text(1) == "She is known for Babbage's engine."
+
+
+def test_cut_xml_ends_in_an_unreadable_skip(tmp_path: Path) -> None:
+    path = tmp_path / "dump.xml"
+    end_of_first_page = MEDIAWIKI.index("</page>") + len("</page>")
+    path.write_text(MEDIAWIKI[: end_of_first_page + 40], encoding="utf-8")
+    records = list(read_corpus([path]))
+    assert isinstance(records[0], Document)
+    assert records[-1].reason == "unreadable" and records[-1].detail.startswith("after 1 records")
+
+
+def test_wikiextractor_edge_cases(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "wiki_00",
+        [
+            b'<doc id="1" url="u" title="Batman &amp; Robin">',
+            b"Batman &amp; Robin",
+            b"",
+            b"Batman & Robin is a film.",
+            b"</doc>",
+            b'<doc id="2" url="u" title="Bad">',
+            b"Bad \xff bytes.",
+            b"</doc>",
+            b'<doc id="3" url="u" title="Empty">',
+            b"Empty",
+            b"</doc>",
+            b'<doc id="4" url="u" title="Cut">',
+            b"Cut off.",
+        ],
+    )
+    records = list(read_corpus([path]))
+    assert [(r.id if isinstance(r, Document) else r.reason) for r in records] == [
+        "1", "invalid_utf8", "empty", "unreadable",
+    ]
+    assert (records[0].title, records[0].text) == ("Batman & Robin", "Batman & Robin is a film.")
+    assert records[1].source == f"{path}#2"
+
+
+def test_hotpotqa_first_title_wins_and_bad_context_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "h.json"
+    path.write_text(
+        json.dumps(
+            [
+                {"_id": "q1", "supporting_facts": [], "context": [["A", ["First.", " Second."]], ["B", ["", " "]]]},
+                {"_id": "q2", "supporting_facts": [], "context": [["A", ["Other."]], ["C", "not a list"]]},
+                {"_id": "q3", "supporting_facts": []},
+            ]
+        )
+    )
+    records = list(read_corpus([path]))
+    assert [(r.id if isinstance(r, Document) else r.reason) for r in records] == [
+        "A", "empty", "missing_field", "missing_field",
+    ]
+    assert records[0].text == "First. Second." and records[0].sentences == ((0, 6), (7, 14))
+
+
+def test_propsegment_unlocatable_sentences_fall_back_to_joining(tmp_path: Path) -> None:
+    path = tmp_path / "document_clusters.dev.json"
+    documents = [
+        {"document_id": "1", "document": "One here. Two there.", "sentences": [{"sentence_text": "One here."}, {"sentence_text": "Two there."}]},
+        {"document_id": "2", "document": "Something else.", "sentences": [{"sentence_text": "Not in it."}, {"sentence_text": "Nor this."}]},
+    ]
+    path.write_text(
+        json.dumps(
+            [
+                {"cluster_id": "9", "source_dataset": "SOURCE_WIKI_CLUSTERS", "documents": documents},
+                {"cluster_id": "8", "source_dataset": "SOURCE_NEWSHEAD", "documents": [{"document_id": "3"}]},
+            ]
+        )
+    )
+    found, joined = docs(list(read_corpus([tmp_path])))
+    assert found.title == "cluster 9" and found.sentences == ((0, 9), (10, 20))
+    assert joined.text == "Not in it. Nor this."
+    assert [joined.sentence_text(i) for i in range(2)] == ["Not in it.", "Nor this."]
+
+
+def test_whole_file_json_errors_are_skips(tmp_path: Path) -> None:
+    bad_json = tmp_path / "document_clusters.dev.json"
+    bad_json.write_text('[{"cluster_id": ')
+    bad_utf8 = tmp_path / "h.json"
+    bad_utf8.write_bytes(b'[{"context": [["T\xff", ["S."]]]}]')
+    assert [r.reason for r in read_corpus([bad_json])] == ["malformed_json"]
+    assert [r.reason for r in read_corpus([bad_utf8], format="hotpotqa")] == ["invalid_utf8"]
+
+
+def test_unknown_or_missing_input_raises_at_call_time(tmp_path: Path) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("just some notes\n")
+    with pytest.raises(ValueError, match="cannot detect the corpus format"):
+        read_corpus([text])
+    with pytest.raises(ValueError, match="cannot detect"):
+        detect_format(tmp_path)
+    with pytest.raises(ValueError, match="no such file"):
+        read_corpus([tmp_path / "missing.jsonl"])
+    with pytest.raises(ValueError, match="unknown format"):
+        read_corpus([text], format="csv")
+    assert "beir" in FORMATS and "csv" not in FORMATS

@@ -1,0 +1,52 @@
+import numpy as np
+import pytest
+
+from retriever import scoring
+
+
+def brute_group_maxsim(sim, groups, n):
+    out = np.full(n, -np.inf)
+    for g in range(n):
+        cols = np.flatnonzero(groups == g)
+        if len(cols):
+            out[g] = sim[:, cols].max(axis=1).sum()
+    return out
+
+
+def test_maxsim_is_sum_of_row_maxima():
+    sim = np.array([[0.1, 0.9, 0.3], [0.5, 0.2, 0.4]])
+    assert scoring.maxsim(sim) == pytest.approx(0.9 + 0.5)
+    assert scoring.maxsim(np.zeros((2, 0))) == float("-inf")
+
+
+def test_group_maxsim_matches_brute_force():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        m, n, g = rng.integers(1, 5), rng.integers(1, 30), rng.integers(1, 8)
+        sim = rng.normal(size=(m, n)).astype(np.float32)
+        groups = rng.integers(0, g, size=n)
+        np.testing.assert_allclose(scoring.group_maxsim(sim, groups, g), brute_group_maxsim(sim, groups, g), rtol=1e-5)
+
+
+def test_sentence_scores_count_a_passage_for_every_sentence_it_covers():
+    sim = np.array([[0.2, 0.7]])  # one query vector, two units
+    unit_sentences = np.array([[0, 2], [3, 3]])  # unit 0 covers sentences 0..2
+    np.testing.assert_allclose(scoring.sentence_scores(sim, unit_sentences, 5), [0.2, 0.2, 0.2, 0.7, -np.inf])
+
+
+def test_top_k_orders_best_first_and_breaks_ties_by_index():
+    scores = np.array([0.5, 0.9, 0.5, 0.1])
+    assert scoring.top_k(scores, 3).tolist() == [1, 0, 2]
+    assert scoring.top_k(scores, 10).tolist() == [1, 0, 2, 3]
+    assert scoring.top_k(scores, 0).tolist() == []
+
+
+def test_approximate_scores_impute_the_floor_for_missed_query_vectors():
+    # query vector 0 hit docs 7 and 8; query vector 1 hit doc 8 only
+    hit_scores = np.array([0.9, 0.5, 0.6], dtype=np.float32)
+    hit_docs = np.array([7, 8, 8])
+    query_of_hit = np.array([0, 0, 1])
+    floor = np.array([0.5, 0.6], dtype=np.float32)
+    docs, approx = scoring.approximate_doc_scores(hit_scores, hit_docs, 2, query_of_hit, floor)
+    assert docs.tolist() == [7, 8]
+    np.testing.assert_allclose(approx, [0.9 + 0.6, 0.5 + 0.6])
