@@ -29,6 +29,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def run_search(args: argparse.Namespace) -> int:
+    if not args.query.strip():
+        raise ValueError("empty query")
     with Searcher.load(args.index, device=args.device, nprobe=args.nprobe) as searcher:
         hits = searcher.search(args.query, k=args.k, level=args.level, candidates=args.candidates, rerank=args.rerank)
     if args.json:
