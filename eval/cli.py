@@ -13,6 +13,9 @@ import sys
 import indexer.cli
 import retriever.cli
 
+from . import bench
+from . import run as eval_run
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="propdex", description="Multi-vector retrieval: index text, search it, measure it.")
@@ -20,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     indexer.cli.add_commands(sub)
     retriever.cli.add_commands(sub)
+    eval_run.add_commands(sub)
+    bench.add_commands(sub)
     return parser
 
 
@@ -38,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         # User errors: one line, no traceback.
         print(f"propdex: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `propdex ... | head`: the reader left, nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("propdex: interrupted (a build resumes where it stopped when run again)", file=sys.stderr)
         return 130

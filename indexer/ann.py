@@ -40,7 +40,7 @@ def training_size(factory: str, n_vectors: int) -> int:
         return 0
     ivf = next((p for p in factory.split(",") if p.startswith("IVF")), None)
     nlist = int("".join(ch for ch in ivf[3:] if ch.isdigit())) if ivf else 0
-    return min(n_vectors, max(256 * nlist, 65_536))
+    return min(n_vectors, max(64 * nlist, 65_536))
 
 
 def make_index(factory: str, dim: int) -> faiss.Index:

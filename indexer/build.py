@@ -16,22 +16,26 @@ the same as an uninterrupted build.
 from __future__ import annotations
 
 import logging
+import resource
 import shutil
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from encoders import Document, Encoded, Encoder
+from encoders import Document, Encoded
 
 from . import ann
 from .manifest import FORMAT, FORMAT_VERSION, library_versions, read_manifest, sha256_file, write_manifest
 from .readers import Record, Skip
 from .store import LMDB_DIR, ShardStore, write_shard
+
+if TYPE_CHECKING:
+    from encoders import Encoder
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +52,7 @@ class IndexWriter:
     def __init__(
         self,
         out: str | Path,
-        encoder: Encoder,
+        encoder: "Encoder",
         *,
         shard_docs: int = 10_000,
         factory: str | None = None,
@@ -131,6 +135,13 @@ class IndexWriter:
             "skipped": sum(skipped.values()),
         }
         self.manifest["skipped"] = dict(sorted(skipped.items()))
+        self.manifest["timings"] = {
+            "encode_s": round(sum(s.get("encode_s", 0.0) for s in shards), 3),
+            "train_s": (self.manifest.get("index") or {}).get("train_s", 0.0),
+            "add_s": round(sum(s.get("add_s", 0.0) for s in shards), 3),
+            # The largest resident set any run of this build reached.
+            "peak_rss_mb": max(peak_rss_mb(), (self.manifest.get("timings") or {}).get("peak_rss_mb", 0.0)),
+        }
         self.manifest["versions"] = library_versions()
         self.manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         write_manifest(self.out, self.manifest)
@@ -184,6 +195,7 @@ class IndexWriter:
         bar.close()
 
     def _write_shard(self, number: int, docs: list[Document], n_inputs: int, skipped: Counter, examples: dict) -> None:
+        started = time.time()
         encoder = self.encoder
         passages_per_doc = [encoder.passages(d) for d in docs]
         flat = [p for ps in passages_per_doc for p in ps]
@@ -204,12 +216,14 @@ class IndexWriter:
             "skipped": dict(skipped),
             "skipped_examples": examples,
             "lmdb_sha256": sha256_file(self.out / name / LMDB_DIR / "data.mdb"),
+            "encode_s": round(time.time() - started, 3),
             "index": None,
             "index_sha256": None,
         })
         self._commit()
 
     def _train(self) -> None:
+        started = time.time()
         n, dim = self.manifest["counts"]["vectors"], self.encoder.dim
         backend = self.settings["backend"]
         factory = "HNSW" if backend == "hnsw" else (self.settings["factory"] or ann.default_factory(n, dim))
@@ -225,6 +239,7 @@ class IndexWriter:
             ann.write_faiss(trained, self.out / (TRAINED + ".tmp"))
             (self.out / (TRAINED + ".tmp")).rename(self.out / TRAINED)
             self.manifest["index"].update(trained=TRAINED, trained_sha256=sha256_file(self.out / TRAINED), trained_on=size)
+        self.manifest["index"]["train_s"] = round(time.time() - started, 3)
 
     def _sample(self, size: int) -> np.ndarray:
         """A fixed-seed uniform sample of all vectors, read shard by shard."""
@@ -245,6 +260,7 @@ class IndexWriter:
         trained = ann.read_faiss(self.out / TRAINED) if index_info["backend"] == "faiss" else None
         pending = [s for s in self.manifest["shards"] if s["index"] is None]
         for s in tqdm(pending, desc="add", unit="shard", disable=len(pending) < 2):
+            started = time.time()
             store = ShardStore(self.out / s["name"])
             if trained is not None:
                 file = "index.faiss"
@@ -255,7 +271,12 @@ class IndexWriter:
             store.close()
             (self.out / s["name"] / (file + ".tmp")).rename(self.out / s["name"] / file)
             s["index"], s["index_sha256"] = file, sha256_file(self.out / s["name"] / file)
+            s["add_s"] = round(time.time() - started, 3)
             self._commit()
+
+
+def peak_rss_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def _take(stream: Iterator[Record], want: int, seen: set[str]) -> tuple[list[Document], int, Counter, dict]:

@@ -14,18 +14,21 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import faiss
 import numpy as np
 
-from encoders import Document, Encoder, encoder_from_config
+from encoders import Document, encoder_from_config
 from encoders.units import Unit
 from indexer import ann
 from indexer.manifest import read_manifest
 from indexer.store import ShardStore
 
 from . import scoring
+
+if TYPE_CHECKING:
+    from encoders import Encoder
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +77,7 @@ class _Candidate:
 
 
 class Searcher:
-    def __init__(self, path: Path, manifest: dict[str, Any], encoder: Encoder, shards: list[_Shard], nprobe: int) -> None:
+    def __init__(self, path: Path, manifest: dict[str, Any], encoder: "Encoder", shards: list[_Shard], nprobe: int) -> None:
         self.path = path
         self.manifest = manifest
         self.encoder = encoder
@@ -86,7 +89,7 @@ class Searcher:
 
     @classmethod
     def load(
-        cls, path: str | Path, *, device: str = "auto", encoder: Encoder | None = None, nprobe: int = 32, mmap: bool = False
+        cls, path: str | Path, *, device: str = "auto", encoder: "Encoder | None" = None, nprobe: int = 32, mmap: bool = False
     ) -> "Searcher":
         path = Path(path)
         manifest = read_manifest(path)

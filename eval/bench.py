@@ -1,0 +1,169 @@
+"""`propdex bench`: the engine's performance figures, as ratios measured in one run.
+
+1. Encoding throughput of the whole indexing pipeline (passage cutting,
+   tokenisation, forward, pooling, LMDB write) divided by the bare model
+   forward pass over the same passages in the same batches (goal >= 0.85).
+2. Index bytes per vector and per document against float32 flat.
+3. On a large token index (SciFact with `tokens`, > 1M vectors): search
+   latency p50/p95, and stage-1 recall of the (PQ) index against exact
+   nearest-neighbour search over the stored vectors.
+4. Peak memory of the build (recorded in its manifest) and of search.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import resource
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from encoders import load_encoder
+from indexer.build import IndexWriter
+from indexer.manifest import library_versions, read_manifest
+from indexer.readers import read_corpus
+from retriever import Searcher
+
+if TYPE_CHECKING:
+    from encoders import Backbone
+
+log = logging.getLogger(__name__)
+
+
+def _rss_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def throughput(corpus: Path, n_docs: int, backbone: "Backbone", encoder_name: str = "tokens") -> dict[str, Any]:
+    """Pipeline vs bare forward on the same passages, same batch composition."""
+    import torch
+
+    encoder = load_encoder(encoder_name, backbone=backbone)
+    docs = []
+    for record in read_corpus([corpus]):
+        if hasattr(record, "text"):
+            docs.append(record)
+            if len(docs) == n_docs:
+                break
+    passages = [p for d in docs for p in encoder.passages(d)]
+    texts = sorted((p.text for p in passages), key=len)
+    batches = [texts[i : i + encoder.batch_size] for i in range(0, len(texts), encoder.batch_size)]
+    tok = backbone.tokenizer
+    inputs = [tok(b, padding=True, truncation=True, max_length=backbone.max_length, return_tensors="pt") for b in batches]
+    with torch.inference_mode():
+        backbone.model(**inputs[0])  # warm up kernels once for both timings
+        started = time.perf_counter()
+        for enc in inputs:
+            backbone.model(**enc)
+        bare = time.perf_counter() - started
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        IndexWriter(Path(tmp) / "ix", encoder, shard_docs=len(docs) + 1, factory="Flat").build(docs)
+        whole = time.perf_counter() - started
+    n_tokens = sum(int(e["attention_mask"].sum()) for e in inputs)
+    return {
+        "docs": len(docs), "passages": len(passages), "tokens": n_tokens,
+        "bare_forward_s": round(bare, 3), "pipeline_s": round(whole, 3),
+        "pipeline_tokens_per_s": round(n_tokens / whole, 1), "ratio": round(bare / whole, 3),
+    }
+
+
+def sizes(index: Path) -> dict[str, Any]:
+    m = read_manifest(index)
+    vectors, docs, dim = m["counts"]["vectors"], m["counts"]["documents"], m["encoder"]["dim"]
+    ann_bytes = sum((index / s["name"] / s["index"]).stat().st_size for s in m["shards"])
+    store_bytes = sum((index / s["name"] / "meta.lmdb" / "data.mdb").stat().st_size for s in m["shards"])
+    return {
+        "factory": m["index"]["factory"], "documents": docs, "vectors": vectors, "dim": dim,
+        "vectors_per_doc": round(vectors / docs, 2),
+        "ann_bytes_per_vector": round(ann_bytes / vectors, 2),
+        "float32_flat_bytes_per_vector": 4 * dim,
+        "compression_vs_float32": round(4 * dim / (ann_bytes / vectors), 2),
+        "ann_bytes_per_doc": round(ann_bytes / docs, 1),
+        "store_bytes_per_doc": round(store_bytes / docs, 1),
+        "build_timings": m.get("timings", {}),
+    }
+
+
+def latency_and_recall(index: Path, queries: list[str], backbone: "Backbone", recall_queries: int, k1: int = 64) -> dict[str, Any]:
+    manifest = read_manifest(index)
+    encoder = load_encoder(manifest["encoder"]["name"], backbone=backbone, **{
+        k: v for k, v in manifest["encoder"].items() if k not in ("name", "backbone", "dim", "max_length")})
+    with Searcher.load(index, encoder=encoder) as searcher:
+        searcher.search(queries[0])  # load pages and kernels once
+        times = []
+        for q in queries:
+            started = time.perf_counter()
+            searcher.search(q, k=10)
+            times.append((time.perf_counter() - started) * 1000)
+        search_rss = _rss_mb()
+        # Stage-1 recall: of each query vector's k1 exact nearest neighbours,
+        # the share the ANN index returns among its own k1 hits.
+        qv = np.concatenate([e.vectors for e in encoder.encode_queries(queries[:recall_queries])])
+        found = total = 0
+        exact_scores = [np.full((len(qv), k1), -np.inf, np.float32) for _ in searcher.shards]
+        exact_ids = [np.zeros((len(qv), k1), np.int64) for _ in searcher.shards]
+        for si, shard in enumerate(searcher.shards):
+            base = 0
+            for chunk in shard.store.iter_vectors(chunk_docs=2048):
+                sims = qv @ chunk.T
+                top = np.argpartition(-sims, min(k1, sims.shape[1] - 1), axis=1)[:, :k1]
+                merged_s = np.concatenate([exact_scores[si], np.take_along_axis(sims, top, 1)], 1)
+                merged_i = np.concatenate([exact_ids[si], top + base], 1)
+                keep = np.argsort(-merged_s, axis=1)[:, :k1]
+                exact_scores[si] = np.take_along_axis(merged_s, keep, 1)
+                exact_ids[si] = np.take_along_axis(merged_i, keep, 1)
+                base += len(chunk)
+            _, ann_ids = shard.index.search(qv, k1)
+            for row in range(len(qv)):
+                found += len(set(exact_ids[si][row].tolist()) & set(ann_ids[row].tolist()))
+                total += k1
+    t = np.array(times)
+    return {
+        "queries": len(queries), "k": 10, "nprobe": 32,
+        "latency_ms_p50": round(float(np.percentile(t, 50)), 1), "latency_ms_p95": round(float(np.percentile(t, 95)), 1),
+        "stage1_recall_at_%d" % k1: round(found / max(total, 1), 4), "recall_query_vectors": int(len(qv)),
+        "search_peak_rss_mb": search_rss,
+    }
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("bench", help="performance figures on real data", description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", type=Path, default=Path("../shared/data/beir/scifact"), help="BEIR folder (corpus.jsonl, queries.jsonl)")
+    p.add_argument("--index", type=Path, help="a built tokens index of --corpus (default: build one under runs/bench)")
+    p.add_argument("--throughput-docs", type=int, default=300)
+    p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--recall-queries", type=int, default=50)
+    p.add_argument("--out", type=Path, help="write the JSON here")
+    p.set_defaults(run=_run)
+
+
+def _run(args) -> int:
+    import torch
+
+    from encoders.backbone import Backbone
+
+    backbone = Backbone.load(device="cpu")
+    index = args.index
+    if index is None:
+        index = Path("runs/bench/scifact-tokens")
+        encoder = load_encoder("tokens", backbone=backbone)
+        IndexWriter(index, encoder, inputs={"paths": [str(args.corpus.resolve())]}).build(read_corpus([args.corpus]))
+    queries = [json.loads(line)["text"] for line in (args.corpus / "queries.jsonl").open()][: args.queries]
+    result = {
+        "command": "propdex " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "versions": library_versions(), "cpu_threads": torch.get_num_threads(),
+        "search": latency_and_recall(index, queries, backbone, args.recall_queries),
+        "size": sizes(index),
+        "throughput": throughput(args.corpus, args.throughput_docs, backbone),
+    }
+    print(json.dumps(result, indent=1))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+    return 0

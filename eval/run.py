@@ -1,0 +1,278 @@
+"""`propdex eval`: every named system on the same corpus and queries, in one run.
+
+A system is `bm25` or an encoder name with index options, e.g.
+`tokens:factory=Flat`, `single:mask=1` (PropSegment: pool under the
+proposition mask instead of reading the proposition text). Encoder indexes are
+built with the real IndexWriter under --work and reused by later runs when
+corpus and settings are unchanged (their build times come from the manifest).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from encoders import Document, load_encoder
+from indexer.build import IndexWriter
+from indexer.manifest import library_versions
+from retriever import Searcher
+
+from . import metrics
+from .bm25 import BM25Index
+from .datasets import Task, load_beir, load_hotpotqa, load_propsegment
+
+if TYPE_CHECKING:
+    from encoders import Backbone
+
+log = logging.getLogger(__name__)
+
+TASKS = ("hotpotqa", "propsegment", "beir")
+DEFAULT_LEVEL = {"hotpotqa": "doc", "beir": "doc", "propsegment": "unit"}
+# PropSegment: sentence/document rankings de-duplicate a proposition ranking
+# at least 5x deeper than the deepest cut-off (R@20).
+PROPSEGMENT_DEPTH = 100
+
+
+@dataclass
+class System:
+    label: str
+    name: str
+    options: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, spec: str) -> "System":
+        name, _, rest = spec.partition(":")
+        options = dict(kv.split("=", 1) for kv in rest.split(":") if kv) if rest else {}
+        return cls(spec, name, options)
+
+    def mask_aware(self) -> bool:
+        """Does this system see a proposition as a mask inside its sentence?"""
+        default = self.name not in ("bm25", "single")
+        return self.options.get("mask", "1" if default else "0") in ("1", "true", "yes")
+
+
+@dataclass
+class Outcome:
+    rankings: dict[str, list[Hashable]]  # query id -> ranked ids (best first)
+    scores: dict[str, list[float]]
+    latencies_ms: list[float]
+    stats: dict[str, Any]
+
+
+def load_task(task: str, path: str, limit: int | None) -> Task:
+    if task == "hotpotqa":
+        return load_hotpotqa(path, limit=limit)
+    if task == "propsegment":
+        return load_propsegment(path, limit=limit)
+    if task == "beir":
+        return load_beir(path, limit=limit)
+    raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
+
+
+def corpus_for(task: Task, system: System) -> list[Document]:
+    """What a system indexes: masked propositions, or their plain text."""
+    if not task.prop_text or system.mask_aware():
+        return task.corpus
+    return [Document(d.id, task.index_text(d), d.title, ((0, len(task.index_text(d))),)) for d in task.corpus]
+
+
+def queries_for(task: Task, system: System) -> list[str | Document]:
+    return [q.doc if (q.doc is not None and system.mask_aware()) else q.text for q in task.queries]
+
+
+def run_bm25(task: Task, system: System, level: str, depth: int) -> Outcome:
+    started = time.time()
+    if level == "sentence" and not task.prop_text:
+        items = [((d.id, i), d.text[a:b]) for d in task.corpus for i, (a, b) in enumerate(d.sentences)]
+    else:
+        items = [(d.id, task.index_text(d)) for d in task.corpus]
+    keys = [k for k, _ in items]
+    position = {k: str(i) for i, k in enumerate(keys)}
+    index = BM25Index((str(i), text) for i, (_, text) in enumerate(items))
+    build_s = time.time() - started
+    rankings, scores, latencies = {}, {}, []
+    for q in task.queries:
+        t = time.perf_counter()
+        hits = index.search(q.text, depth, exclude={position[k] for k in task.exclude.get(q.id, ()) if k in position})
+        latencies.append((time.perf_counter() - t) * 1000)
+        rankings[q.id] = [keys[int(i)] for i, _ in hits]
+        scores[q.id] = [s for _, s in hits]
+    return Outcome(rankings, scores, latencies, {"index_s": round(build_s, 3)})
+
+
+def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, backbone: "Backbone") -> Outcome:
+    options = {k: v for k, v in system.options.items() if k not in ("mask", "factory", "backend", "nprobe")}
+    if "keep_punct" in options:
+        options["drop_punct"] = options.pop("keep_punct") not in ("1", "true", "yes")
+    encoder = load_encoder(system.name, backbone=backbone, **options)
+    corpus = corpus_for(task, system)
+    key = hashlib.sha256("\n".join(f"{d.id}\t{d.text}\t{d.focus}" for d in corpus).encode()).hexdigest()[:12]
+    out = work / f"{task.name.split('[')[0]}-{key}" / system.label.replace(":", "_").replace("=", "-").replace("/", "_")
+    writer = IndexWriter(
+        out, encoder, shard_docs=10_000, factory=system.options.get("factory"),
+        backend=system.options.get("backend", "faiss"), inputs={"task": task.name, "corpus_sha256": key},
+    )
+    manifest = writer.build(corpus)
+    nprobe = int(system.options.get("nprobe", 32))
+    searcher = Searcher.load(out, encoder=encoder, nprobe=nprobe)
+    search_level = "doc" if task.prop_text else level
+    queries = queries_for(task, system)
+    rankings, scores, latencies = {}, {}, []
+    for q, query in zip(task.queries, queries):
+        t = time.perf_counter()
+        hits = searcher.search(query, k=depth, level=search_level, exclude=[task.exclude.get(q.id, set())])
+        latencies.append((time.perf_counter() - t) * 1000)
+        rankings[q.id] = [(h.doc_id, h.sentence_index) if search_level == "sentence" else h.doc_id for h in hits]
+        scores[q.id] = [h.score for h in hits]
+    counts = manifest["counts"]
+    index_bytes = sum((out / s["name"] / s["index"]).stat().st_size for s in manifest["shards"])
+    store_bytes = sum((out / s["name"] / "meta.lmdb" / "data.mdb").stat().st_size for s in manifest["shards"])
+    searcher.close()
+    return Outcome(rankings, scores, latencies, {
+        "vectors": counts["vectors"],
+        "vectors_per_doc": counts["vectors"] / max(counts["documents"], 1),
+        "bytes_per_vector": index_bytes / max(counts["vectors"], 1),
+        "float32_bytes_per_vector": 4 * encoder.dim,
+        "store_bytes_per_vector": store_bytes / max(counts["vectors"], 1),
+        "encode_s": manifest["timings"]["encode_s"],
+        "index_s": round(manifest["timings"]["train_s"] + manifest["timings"]["add_s"], 3),
+        "factory": manifest["index"]["factory"],
+        "encoder": manifest["encoder"],
+        "backbone_sha256": manifest["backbone"]["weights_sha256"],
+        "index_dir": str(out),
+    })
+
+
+def score(task: Task, level: str, outcome: Outcome) -> dict[str, float]:
+    r = outcome.rankings
+    if task.qrels is not None:
+        run = {q: dict(zip(map(str, ids), sc)) for (q, ids), sc in zip(r.items(), outcome.scores.values())}
+        return metrics.beir_metrics(run, task.qrels)
+    if task.prop_text:  # PropSegment
+        runs = {q: metrics.remove_ids(ids, task.exclude.get(q)) for q, ids in r.items()}
+        if level == "unit":
+            return metrics.propsegment_metrics({q: ids[:20] for q, ids in runs.items()}, task.gold_docs)
+        key = task.sentence_of if level == "sentence" else task.document_of
+        gold = {q: {key(g) for g in gs} for q, gs in task.gold_docs.items()}
+        return metrics.propsegment_metrics({q: metrics.dedup_ranking(ids, key) for q, ids in runs.items()}, gold)
+    gold = task.gold_sentences if level == "sentence" else task.gold_docs
+    return metrics.hotpotqa_metrics(r, gold)
+
+
+def evaluate(
+    task_name: str, path: str, systems: Sequence[str], *, level: str | None = None, limit: int | None = None,
+    work: Path = Path("runs/index"), device: str = "auto", command: str = "",
+) -> dict[str, Any]:
+    task = load_task(task_name, path, limit)
+    level = level or DEFAULT_LEVEL[task_name]
+    depth = PROPSEGMENT_DEPTH if task.prop_text else 100
+    backbone = None
+    result: dict[str, Any] = {
+        "task": task.name, "level": level, "command": command, "versions": {**library_versions(), "git": _git_head()},
+        "data": task.info, "systems": {},
+    }
+    for spec in systems:
+        system = System.parse(spec)
+        log.info("system %s on %s (%d docs, %d queries)", spec, task.name, len(task.corpus), len(task.queries))
+        if system.name == "bm25":
+            outcome = run_bm25(task, system, level, depth)
+        else:
+            from encoders.backbone import Backbone
+
+            backbone = backbone or Backbone.load(device=device)
+            outcome = run_encoder(task, system, level, depth, work, backbone)
+        lat = np.array(outcome.latencies_ms)
+        result["systems"][spec] = {
+            "metrics": score(task, level, outcome),
+            **outcome.stats,
+            "latency_ms_p50": round(float(np.percentile(lat, 50)), 3),
+            "latency_ms_p95": round(float(np.percentile(lat, 95)), 3),
+        }
+    return result
+
+
+def markdown(result: dict[str, Any]) -> str:
+    systems = result["systems"]
+    names = list(next(iter(systems.values()))["metrics"])
+    head = ["system", *names, "vec/doc", "B/vec (index)", "encode s", "p50 ms", "p95 ms"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, s in systems.items():
+        cells = [name, *(f"{100 * s['metrics'][m]:.2f}" for m in names)]
+        cells += [_fmt(s.get("vectors_per_doc"), 1), _fmt(s.get("bytes_per_vector"), 1), _fmt(s.get("encode_s"), 1)]
+        cells += [_fmt(s["latency_ms_p50"], 1), _fmt(s["latency_ms_p95"], 1)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _fmt(value: float | None, digits: int) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def plot_recall(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, s in result["systems"].items():
+        ks = sorted(int(m.split("@")[1]) for m in s["metrics"] if m.startswith("Recall@"))
+        ax.plot(ks, [100 * s["metrics"][f"Recall@{k}"] for k in ks], marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("k")
+    ax.set_ylabel("Recall@k (%)")
+    ax.set_title(f"{result['task']} ({result['level']} level)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _git_head() -> str | None:
+    try:
+        root = Path(__file__).resolve().parents[1]
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip() or None
+    except OSError:
+        return None
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("eval", help="measure systems side by side", description=__doc__.split("\n\n")[0])
+    p.add_argument("task", choices=TASKS)
+    p.add_argument("path", help="data file or folder")
+    p.add_argument("--systems", default="bm25,single,tokens", help="comma-separated, e.g. bm25,single,tokens:factory=Flat")
+    p.add_argument("--level", choices=("doc", "sentence", "unit"), help="default: doc (propsegment: unit = proposition)")
+    p.add_argument("--limit", type=int, help="first N queries")
+    p.add_argument("--out", type=Path, help="write the JSON results here")
+    p.add_argument("--plot", type=Path, help="HotpotQA: write a Recall@k plot (PNG) here")
+    p.add_argument("--work", type=Path, default=Path("runs/index"), help="where system indexes are built and reused")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(run=_run)
+
+
+def _run(args) -> int:
+    command = "propdex " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    result = evaluate(
+        args.task, args.path, [s for s in args.systems.split(",") if s], level=args.level, limit=args.limit,
+        work=args.work, device=args.device, command=command,
+    )
+    table = markdown(result)
+    print(f"{result['task']}, level {result['level']}, {result['data'].get('n_queries', '?')} queries")
+    print(table)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1, default=str))
+    if args.plot:
+        plot_recall(result, args.plot)
+    return 0
