@@ -223,8 +223,7 @@ class Searcher:
     # -- aggregation -------------------------------------------------------------------
     def _aggregate(self, cands: list[_Candidate], k: int, level: Level) -> list[Hit]:
         if level == "doc":
-            picked = [(c, None) for c in cands[:k]]
-            return [self._hit(r + 1, c, c.score, None) for r, (c, _) in enumerate(picked)]
+            return [self._hit(rank + 1, c, c.score, None) for rank, c in enumerate(cands[:k])]
         rows: list[tuple[float, int, int]] = []  # (score, candidate index, sentence or unit)
         for ci, c in enumerate(cands):
             if level == "sentence":

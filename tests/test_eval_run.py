@@ -1,0 +1,57 @@
+"""`propdex eval` end to end on --limit runs of every task."""
+import json
+
+import pytest
+
+from conftest import HOTPOT
+from eval.cli import main
+from eval.run import System, evaluate, markdown
+from paths import DATA
+
+
+def test_system_specs_parse_options():
+    s = System.parse("tokens:factory=Flat:nprobe=8")
+    assert (s.name, s.options) == ("tokens", {"factory": "Flat", "nprobe": "8"})
+    assert s.mask_aware() and not System.parse("single").mask_aware() and System.parse("single:mask=1").mask_aware()
+
+
+@pytest.mark.slow
+def test_hotpotqa_limit_run_with_every_system(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code = main(["-q", "eval", "hotpotqa", str(HOTPOT), "--limit", "4", "--systems", "bm25,single,tokens:factory=Flat",
+                 "--work", str(tmp_path / "work"), "--out", str(out), "--plot", str(tmp_path / "r.png"), "--device", "cpu"])
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert set(result["systems"]) == {"bm25", "single", "tokens:factory=Flat"}
+    assert result["data"]["n_queries"] == 4 and "hotpot_dev_distractor_600.json" in result["data"]["sha256"]
+    assert "torch" in result["versions"] and result["command"].startswith("propdex")
+    for name, s in result["systems"].items():
+        assert set(s["metrics"]) == {f"{m}@{k}" for m in ("Recall", "AllGold") for k in (2, 5, 10, 20, 50, 100)}
+        assert all(0.0 <= v <= 1.0 for v in s["metrics"].values())
+        assert s["metrics"]["Recall@100"] == 1.0  # 4 questions, ~40 paragraphs: everything is in the top 100
+        assert s["latency_ms_p95"] >= s["latency_ms_p50"] > 0
+    tokens = result["systems"]["tokens:factory=Flat"]
+    assert tokens["vectors_per_doc"] > 20 * result["systems"]["single"]["vectors_per_doc"]
+    assert tokens["bytes_per_vector"] == pytest.approx(4 * 384, rel=0.01)  # flat float32
+    assert (tmp_path / "r.png").stat().st_size > 1000
+    printed = capsys.readouterr().out
+    assert "| tokens:factory=Flat |" in printed and "Recall@10" in printed
+
+
+def test_beir_limit_run_bm25():
+    result = evaluate("beir", str(DATA / "beir" / "scifact"), ["bm25"], limit=20)
+    m = result["systems"]["bm25"]["metrics"]
+    assert set(m) == {"nDCG@10", "Recall@100", "MRR@10"}
+    assert 0.4 < m["nDCG@10"] < 0.95  # BM25 is a strong baseline on SciFact
+    assert "| bm25 |" in markdown(result)
+
+
+def test_propsegment_levels_bm25():
+    folder = str(DATA / "propsegment" / "v1")
+    unit = evaluate("propsegment", folder, ["bm25"])["systems"]["bm25"]["metrics"]
+    sentence = evaluate("propsegment", folder, ["bm25"], level="sentence")["systems"]["bm25"]["metrics"]
+    doc = evaluate("propsegment", folder, ["bm25"], level="doc")["systems"]["bm25"]["metrics"]
+    assert set(unit) == {"P@1", "R@5", "R@10", "R@20"}
+    # coarser units are easier to hit: recall grows with the level
+    assert unit["R@5"] < sentence["R@5"] < doc["R@5"]
+    assert 0.2 < unit["P@1"] < 0.4
