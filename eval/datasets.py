@@ -20,7 +20,6 @@ aggregation (see `eval.metrics.dedup_ranking`).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from encoders.units import Document, Span
+from indexer.manifest import sha256_file
 
 
 @dataclass(frozen=True)
@@ -75,14 +75,6 @@ class Task:
         """Source document id of a corpus item (itself for whole documents)."""
         unit = self.units.get(doc_id)
         return unit[0] if unit is not None else doc_id
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _read_corpus(paths: list[Path], format: str) -> tuple[list[Document], dict[str, int]]:
