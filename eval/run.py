@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import shlex
 import subprocess
 import sys
@@ -117,7 +118,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     encoder = load_encoder(system.name, backbone=backbone, **options)
     corpus = corpus_for(task, system)
     key = hashlib.sha256("\n".join(f"{d.id}\t{d.text}\t{d.focus}" for d in corpus).encode()).hexdigest()[:12]
-    out = work / f"{task.name.split('[')[0]}-{key}" / system.label.replace(":", "_").replace("=", "-").replace("/", "_")
+    out = work / f"{_slug(task.name.split('[')[0])}-{key}" / _slug(system.label)
     writer = IndexWriter(
         out, encoder, shard_docs=10_000, factory=system.options.get("factory"),
         backend=system.options.get("backend", "faiss"), inputs={"task": task.name, "corpus_sha256": key},
@@ -151,6 +152,10 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
         "backbone_sha256": manifest["backbone"]["weights_sha256"],
         "index_dir": str(out),
     })
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^\w.-]+", "-", name.replace("=", "-")).strip("-")
 
 
 def score(task: Task, level: str, outcome: Outcome) -> dict[str, float]:

@@ -42,14 +42,20 @@ def pack_units(units: Sequence[Unit]) -> tuple[np.ndarray, np.ndarray]:
     return sentences, np.array(packed, dtype=np.int32)
 
 
-def unpack_units(doc_id: str, sentences: np.ndarray, packed: np.ndarray) -> list[Unit]:
-    units, i = [], 0
-    for first, last in sentences.tolist():
-        kind, n = int(packed[i]), int(packed[i + 1])
-        flat = packed[i + 2 : i + 2 + 2 * n].tolist()
-        units.append(Unit(doc_id, first, tuple(zip(flat[::2], flat[1::2])), Kind(kind), last))
-        i += 2 + 2 * n
-    return units
+def unpack_units(doc_id: str, sentences: np.ndarray, packed: np.ndarray, which: Sequence[int] | None = None) -> list[Unit]:
+    """The units of a document, or only those at positions `which` (in that order)."""
+    flat = packed.tolist()
+    starts, i = [], 0
+    for _ in range(len(sentences)):  # records are variable-length: walk the headers
+        starts.append(i)
+        i += 2 + 2 * flat[i + 1]
+    out = []
+    for j in range(len(sentences)) if which is None else which:
+        s, n = starts[j], flat[starts[j] + 1]
+        spans = flat[s + 2 : s + 2 + 2 * n]
+        first, last = sentences[j].tolist()
+        out.append(Unit(doc_id, first, tuple(zip(spans[::2], spans[1::2])), Kind(flat[s]), last))
+    return out
 
 
 @dataclass
@@ -114,12 +120,13 @@ class ShardStore:
         with self.env.begin() as txn:
             return _document(txn.get(_key(b"doc/", ordinal)))
 
-    def units(self, ordinal: int) -> list[Unit]:
+    def units(self, ordinal: int, which: Sequence[int] | None = None) -> list[Unit]:
+        """A document's unit records (all, or those at positions `which`)."""
         with self.env.begin() as txn:
             doc_id = json.loads(txn.get(_key(b"doc/", ordinal)))["id"]
             sentences = np.frombuffer(txn.get(_key(b"sen/", ordinal)), dtype=np.int32).reshape(-1, 2)
             packed = np.frombuffer(txn.get(_key(b"unit/", ordinal)), dtype=np.int32)
-        return unpack_units(doc_id, sentences, packed)
+        return unpack_units(doc_id, sentences, packed, which)
 
     def vectors(self, ordinals: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
         """(float16 vectors, unit sentence ranges) of each document, one read transaction."""

@@ -161,7 +161,7 @@ class Searcher:
         for qi, e in enumerate(encoded):
             rows = slice(start, start + m_total[qi])
             start += m_total[qi]
-            n_rerank = rerank or max(100, 4 * k)
+            n_rerank = rerank or max(100, 2 * k)
             skip = exclude[qi] if exclude else set()
             cands = self._stage2(e.vectors, [(s, h[0][rows], h[1][rows]) for s, h in enumerate(hits)], n_rerank, skip)
             results.append(self._aggregate(cands, k, level))
@@ -214,8 +214,14 @@ class Searcher:
             store = self.shards[shard].store
             if exclude:
                 ordinals = [o for o in ordinals if store.document(o).id not in exclude]
-            for o, (vec, sen) in zip(ordinals, store.vectors(ordinals)):
-                sim = scoring.similarities(q, vec)
+            stored = store.vectors(ordinals)
+            if not stored:
+                continue
+            # One widening and one matrix product for all candidates of the shard.
+            sims = scoring.similarities(q, np.concatenate([v for v, _ in stored]))
+            bounds = np.cumsum([0] + [len(v) for v, _ in stored])
+            for i, (o, (_, sen)) in enumerate(zip(ordinals, stored)):
+                sim = sims[:, bounds[i] : bounds[i + 1]]
                 out.append(_Candidate(shard, o, sim, sen, scoring.maxsim(sim)))
         out.sort(key=lambda c: (-c.score, c.shard, c.ordinal))
         return out[:n_rerank]
@@ -240,7 +246,6 @@ class Searcher:
     def _hit(self, rank: int, c: _Candidate, score: float, where: tuple[str, int] | None) -> Hit:
         store = self.shards[c.shard].store
         doc = store.document(c.ordinal)
-        units = store.units(c.ordinal)
         first, last = c.unit_sentences[:, 0], c.unit_sentences[:, 1]
         if where is None or where[0] == "sentence":
             if where is None:
@@ -257,14 +262,15 @@ class Searcher:
         sentences = doc.sentences or ((0, len(doc.text)),)
         sentence = min(sentence, len(sentences) - 1)
         s_start, s_end = sentences[sentence]
+        units = store.units(c.ordinal, matched)
         spans = []
-        for u in (units[j] for j in matched):
+        for u in units:
             base = sentences[u.sentence][0] - s_start
             for a, b in u.spans:
                 a, b = max(a + base, 0), min(b + base, s_end - s_start)
                 if a < b:
                     spans.append((a, b))
-        return Hit(rank, doc.id, doc.title, score, sentence, doc.text[s_start:s_end], sorted(set(spans)), [units[j] for j in matched])
+        return Hit(rank, doc.id, doc.title, score, sentence, doc.text[s_start:s_end], sorted(set(spans)), units)
 
     def close(self) -> None:
         self._pool.shutdown()
