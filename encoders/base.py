@@ -28,6 +28,7 @@ class TokenStates:
     states: torch.Tensor  # (n, dim) last-layer hidden states, float32
     offsets: np.ndarray  # (n, 2) char offsets into the passage text; (0, 0) for specials
     special: np.ndarray  # (n,) bool
+    ids: np.ndarray  # (n,) token ids
 
 
 class Encoder(ABC):
@@ -98,11 +99,12 @@ class Encoder(ABC):
         )
         offsets = enc.pop("offset_mapping").numpy()
         special = enc.pop("special_tokens_mask").numpy().astype(bool)
+        ids = enc["input_ids"].numpy()
         mask = enc["attention_mask"]
         hidden = bb.model(**{k: v.to(bb.device) for k, v in enc.items()}).last_hidden_state
         hidden = hidden.float().cpu()
         lengths = mask.sum(1).tolist()
-        return [TokenStates(hidden[i, :n], offsets[i, :n], special[i, :n]) for i, n in enumerate(lengths)]
+        return [TokenStates(hidden[i, :n], offsets[i, :n], special[i, :n], ids[i, :n]) for i, n in enumerate(lengths)]
 
     def passages(self, doc: Document) -> list[Passage]:
         """Cut a document into windows that fit the model, on sentence boundaries."""

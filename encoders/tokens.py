@@ -19,6 +19,12 @@ class TokensEncoder(Encoder):
         # Punctuation tokens are ~15% of Wikipedia tokens and match everything
         # weakly; dropping them shrinks the index without hurting MaxSim much.
         self.drop_punct = drop_punct
+        # Decided once per vocabulary entry, not per token in the hot path;
+        # only [UNK] needs the text it stands for.
+        tokenizer = backbone.tokenizer
+        vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        self._wordlike = np.array([any(ch.isalnum() for ch in t) for t in vocab], dtype=bool)
+        self._unk = tokenizer.unk_token_id
 
     def options(self) -> dict[str, Any]:
         return {"drop_punct": self.drop_punct}
@@ -28,8 +34,11 @@ class TokensEncoder(Encoder):
         char_spans = tokens.offsets + passage.start
         keep = ~tokens.special & focus_mask(doc, char_spans)
         if self.drop_punct:
-            text = doc.text
-            words = keep & np.array([any(ch.isalnum() for ch in text[a:b]) for a, b in char_spans], dtype=bool)
+            wordlike = self._wordlike[tokens.ids]
+            for i in np.flatnonzero(tokens.ids == self._unk):
+                a, b = char_spans[i]
+                wordlike[i] = any(ch.isalnum() for ch in doc.text[a:b])
+            words = keep & wordlike
             # A query of punctuation alone ("?!") still deserves vectors.
             keep = words if words.any() or not query else keep
         idx = np.flatnonzero(keep)

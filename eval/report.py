@@ -1,0 +1,41 @@
+"""Render eval result JSON files as the markdown sections of eval/RESULTS.md.
+
+    python -m eval.report eval/results/scifact.json eval/results/hotpotqa.json ...
+
+Each section: the exact command that produced the numbers, the commit and
+library versions it ran on, and the table `propdex eval` printed.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .run import markdown
+
+
+def section(path: Path) -> str:
+    result = json.loads(path.read_text())
+    v = result["versions"]
+    data = result.get("data", {})
+    counts = ", ".join(f"{k[2:]} {v_}" for k, v_ in data.items() if k.startswith("n_"))
+    return "\n".join([
+        f"### {result['task']}, level {result['level']} ({path.name})",
+        "",
+        "```bash",
+        result["command"],
+        "```",
+        f"commit {v.get('git')}; torch {v.get('torch')}, transformers {v.get('transformers')}, "
+        f"faiss {v.get('faiss-cpu', v.get('faiss-gpu'))}, python {v.get('python')}; data: {counts}",
+        "",
+        markdown(result),
+        "",
+    ])
+
+
+def main(paths: list[str]) -> None:
+    print("\n".join(section(Path(p)) for p in paths))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
