@@ -151,17 +151,16 @@ class Searcher:
         if nprobe is not None:
             self._set_nprobe(nprobe)
         encoded = self.encoder.encode_queries(list(queries))
-        m_total = [len(e.vectors) for e in encoded]
-        all_vectors = np.concatenate([e.vectors for e in encoded])
-        multi = max(m_total) > 1
-        per_vector = candidates or (64 if multi else max(100, 10 * k))
-        hits = self._stage1(all_vectors, per_vector)
+        sizes = [len(e.vectors) for e in encoded]
+        # Multi-vector queries spread their budget over many vectors.
+        per_vector = candidates or (64 if max(sizes) > 1 else max(100, 10 * k))
+        n_rerank = rerank or max(100, 2 * k)
+        hits = self._stage1(np.concatenate([e.vectors for e in encoded]), per_vector)  # one ANN call for the batch
         results = []
         start = 0
         for qi, e in enumerate(encoded):
-            rows = slice(start, start + m_total[qi])
-            start += m_total[qi]
-            n_rerank = rerank or max(100, 2 * k)
+            rows = slice(start, start + sizes[qi])
+            start += sizes[qi]
             skip = exclude[qi] if exclude else set()
             cands = self._stage2(e.vectors, [(s, h[0][rows], h[1][rows]) for s, h in enumerate(hits)], n_rerank, skip)
             results.append(self._aggregate(cands, k, level))
