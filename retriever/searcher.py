@@ -75,6 +75,11 @@ class _Candidate:
     unit_sentences: np.ndarray  # (n, 2)
     score: float
 
+    def sentence_scores(self) -> np.ndarray:
+        """MaxSim per sentence of the document (-inf where it has no unit)."""
+        n = int(self.unit_sentences[:, 1].max()) + 1 if len(self.unit_sentences) else 0
+        return scoring.sentence_scores(self.sim, self.unit_sentences, n)
+
 
 class Searcher:
     def __init__(self, path: Path, manifest: dict[str, Any], encoder: "Encoder", shards: list[_Shard], nprobe: int) -> None:
@@ -232,8 +237,7 @@ class Searcher:
         rows: list[tuple[float, int, int]] = []  # (score, candidate index, sentence or unit)
         for ci, c in enumerate(cands):
             if level == "sentence":
-                n_sent = int(c.unit_sentences[:, 1].max()) + 1 if len(c.unit_sentences) else 0
-                scores = scoring.sentence_scores(c.sim, c.unit_sentences, n_sent)
+                scores = c.sentence_scores()
             else:
                 scores = scoring.unit_scores(c.sim)
             for j in scoring.top_k(scores, k):
@@ -248,8 +252,8 @@ class Searcher:
         first, last = c.unit_sentences[:, 0], c.unit_sentences[:, 1]
         if where is None or where[0] == "sentence":
             if where is None:
-                n_sent = int(last.max()) + 1 if len(last) else 0
-                sentence = int(np.argmax(scoring.sentence_scores(c.sim, c.unit_sentences, n_sent))) if n_sent else 0
+                scores = c.sentence_scores()
+                sentence = int(np.argmax(scores)) if len(scores) else 0
             else:
                 sentence = where[1]
             inside = np.flatnonzero((first <= sentence) & (last >= sentence))
