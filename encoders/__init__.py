@@ -45,10 +45,13 @@ def load_encoder(
     return cls(backbone, batch_size=batch_size, **options)
 
 
-def encoder_from_config(config: dict[str, Any], device: str = "auto") -> "Encoder":
-    """Rebuild the encoder an index was made with, from its manifest entry."""
+def encoder_from_config(
+    config: dict[str, Any], device: str = "auto", backbone: "Backbone | None" = None
+) -> "Encoder":
+    """Rebuild the encoder an index was made with, from its manifest entry
+    (on `backbone` when one is already loaded)."""
     options = {k: v for k, v in config.items() if k not in ("name", "backbone", "dim")}
-    return load_encoder(config["name"], backbone=config["backbone"], device=device, **options)
+    return load_encoder(config["name"], backbone=backbone or config["backbone"], device=device, **options)
 
 
 def __getattr__(name: str) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -197,8 +197,3 @@ def focus_mask(doc: Document, char_spans: np.ndarray) -> np.ndarray:
 
 def l2_normalize(x: torch.Tensor) -> np.ndarray:
     return torch.nn.functional.normalize(x.float(), dim=-1).numpy().astype(np.float32, copy=False)
-
-
-def iter_batches(items: Sequence, size: int) -> Iterator[Sequence]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]

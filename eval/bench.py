@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import resource
 import shlex
 import sys
 import tempfile
@@ -23,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from encoders import load_encoder
-from indexer.build import IndexWriter
+from encoders import encoder_from_config, load_encoder
+from indexer.build import IndexWriter, peak_rss_mb
 from indexer.manifest import library_versions, read_manifest
 from indexer.readers import read_corpus
 from retriever import Searcher
@@ -33,10 +32,6 @@ if TYPE_CHECKING:
     from encoders import Backbone
 
 log = logging.getLogger(__name__)
-
-
-def _rss_mb() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def throughput(corpus: Path, n_docs: int, backbone: "Backbone", encoder_name: str = "tokens") -> dict[str, Any]:
@@ -92,8 +87,7 @@ def sizes(index: Path) -> dict[str, Any]:
 
 def latency_and_recall(index: Path, queries: list[str], backbone: "Backbone", recall_queries: int, k1: int = 64) -> dict[str, Any]:
     manifest = read_manifest(index)
-    encoder = load_encoder(manifest["encoder"]["name"], backbone=backbone, **{
-        k: v for k, v in manifest["encoder"].items() if k not in ("name", "backbone", "dim", "max_length")})
+    encoder = encoder_from_config(manifest["encoder"], backbone=backbone)
     with Searcher.load(index, encoder=encoder) as searcher:
         searcher.search(queries[0])  # load pages and kernels once
         times = []
@@ -101,7 +95,7 @@ def latency_and_recall(index: Path, queries: list[str], backbone: "Backbone", re
             started = time.perf_counter()
             searcher.search(q, k=10)
             times.append((time.perf_counter() - started) * 1000)
-        search_rss = _rss_mb()
+        search_rss = peak_rss_mb()
         # Stage-1 recall: of each query vector's k1 exact nearest neighbours,
         # the share the ANN index returns among its own k1 hits.
         qv = np.concatenate([e.vectors for e in encoder.encode_queries(queries[:recall_queries])])
