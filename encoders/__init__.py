@@ -16,7 +16,11 @@ if TYPE_CHECKING:
 
 DEFAULT_BACKBONE = "sentence-transformers/all-MiniLM-L6-v2"
 # name -> "module:Class"; a new encoder is one line here.
-_REGISTRY = {"single": "single:SingleEncoder", "tokens": "tokens:TokensEncoder"}
+_REGISTRY = {
+    "single": "single:SingleEncoder",
+    "tokens": "tokens:TokensEncoder",
+    "proposition": "proposition:PropositionEncoder",
+}
 ENCODERS = tuple(_REGISTRY)
 
 

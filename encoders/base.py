@@ -121,8 +121,9 @@ def _query_passage(query: str | Document) -> Passage:
     return Passage.of_text(query)
 
 
-def cut_passages(doc: Document, backbone: Backbone, window: int) -> list[Passage]:
-    """Greedy packing of whole sentences into windows of at most `window` tokens.
+def cut_passages(doc: Document, backbone: Backbone, window: int, pack: bool = True) -> list[Passage]:
+    """Greedy packing of whole sentences into windows of at most `window` tokens
+    (with `pack=False`, one sentence per passage).
 
     A sentence longer than the window is cut at token boundaries, so no text is
     dropped. Passages that hold no focus span are left out: they have nothing
@@ -154,7 +155,7 @@ def cut_passages(doc: Document, backbone: Backbone, window: int) -> list[Passage
     used = 0
     for piece in pieces:
         size = n_tokens(piece[0], piece[1])
-        if current and used + size > window:
+        if current and (used + size > window or not pack):
             passages.append(Passage(doc, current[0][0], current[-1][1], current[0][2]))
             current, used = [], 0
         current.append(piece)
@@ -193,6 +194,21 @@ def focus_mask(doc: Document, char_spans: np.ndarray) -> np.ndarray:
     for a, b in doc.focus:
         keep |= (char_spans[:, 0] < b) & (char_spans[:, 1] > a)
     return keep
+
+
+def span_pool(states: torch.Tensor, offsets: np.ndarray, real: np.ndarray, groups: Sequence[Sequence[Span]]) -> torch.Tensor:
+    """Mean of the token states under each group of char spans.
+
+    A token belongs to a group when its char span overlaps one of the group's
+    spans (subword tokens map through the tokenizer's offsets); `real` masks
+    out specials and padding. Rows of groups no token overlaps are zero.
+    """
+    member = np.zeros((len(groups), len(offsets)), dtype=np.float32)
+    for g, spans in enumerate(groups):
+        for a, b in spans:
+            member[g] += (offsets[:, 0] < b) & (offsets[:, 1] > a) & real
+    weights = torch.from_numpy(np.minimum(member, 1.0)).to(states.device)
+    return (weights @ states) / weights.sum(1, keepdim=True).clamp(min=1)
 
 
 def l2_normalize(x: torch.Tensor) -> np.ndarray:

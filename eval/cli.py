@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 
+import encoders.training.cli
 import indexer.cli
 import retriever.cli
 
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     retriever.cli.add_commands(sub)
     eval_run.add_commands(sub)
     bench.add_commands(sub)
+    encoders.training.cli.add_commands(sub)
     return parser
 
 

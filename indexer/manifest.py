@@ -6,13 +6,13 @@ leaves the last manifest, and everything it lists, intact.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import platform
-from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+# Re-exported: the index records the same provenance as the trained weights.
+from encoders.provenance import library_versions, sha256_file  # noqa: F401
 
 MANIFEST = "manifest.json"
 FORMAT = "propdex-index"
@@ -52,21 +52,3 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def library_versions() -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for name in ("propdex", "torch", "transformers", "faiss-cpu", "faiss-gpu", "numpy", "lmdb", "hnswlib"):
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return versions

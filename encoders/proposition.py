@@ -1,0 +1,140 @@
+"""`proposition`: one small vector per proposition (the sub-sentence encoder).
+
+Each sentence is encoded once, alone, with full attention. The trained
+segmenter reads its propositions off the same token states (its backbone is
+the same frozen one), and each proposition's vector is the mean of the token
+states under its mask, through an MLP (Linear, ReLU, Linear) to 64 dims,
+L2-normalised. A document that names its propositions itself (`focus`, as
+PropSegment's corpus does) is encoded under that mask and not re-segmented.
+
+Queries are one proposition by default: the whole query text under one mask.
+A question is one information need; split into parts, each part would match
+passages that answer only half of it (`query_segments=True` gives MaxSim over
+the segmented parts, for long multi-fact queries).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .backbone import Backbone
+from .base import Encoder, SentenceLocator, TokenStates, cut_passages, span_pool
+from .provenance import sha256_file
+from .segment import PairSegmenter, Segmenter, words, word_spans
+from .units import Document, Encoded, Kind, Passage, Span
+
+WEIGHTS = Path(__file__).resolve().parent / "weights"
+
+
+class PropositionHead(nn.Module):
+    """Mask-pooled token state -> MLP -> L2-normalised `out_dim` vector."""
+
+    def __init__(self, dim: int, hidden: int, out_dim: int) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return nn.functional.normalize(self.mlp(pooled), dim=-1)
+
+
+def load_head(path: str | Path) -> tuple[PropositionHead, dict[str, Any]]:
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no proposition head at {path} (config.json missing); train one with `propdex train proposition`")
+    config = json.loads((path / "config.json").read_text())
+    head = PropositionHead(config["dim"], config["hidden"], config["out_dim"])
+    head.load_state_dict(load_file(str(path / "model.safetensors")))
+    return head.eval(), config
+
+
+def save_head(head: PropositionHead, path: str | Path, config: dict[str, Any]) -> None:
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps(config, indent=1))
+
+
+class PropositionEncoder(Encoder):
+    name = "proposition"
+    kind = Kind.PROPOSITION
+
+    def __init__(
+        self, backbone: Backbone, batch_size: int = 64, head: str = "default", segmenter: str = "default",
+        query_segments: bool = False, head_sha256: str | None = None,
+    ) -> None:
+        super().__init__(backbone, batch_size)
+        self.head_path = WEIGHTS / "proposition" if head == "default" else Path(head)
+        self.segmenter_path = WEIGHTS / "segmenter" if segmenter == "default" else Path(segmenter)
+        self.head_name, self.segmenter_name = head, segmenter
+        self.head, self.head_config = load_head(self.head_path)
+        self.head.to(backbone.device)
+        if self.head_config["backbone"] != backbone.name and head == "default":
+            raise ValueError(f"the packaged proposition head was trained on {self.head_config['backbone']}, not {backbone.name}")
+        self.head_sha256 = sha256_file(self.head_path / "model.safetensors")
+        if head_sha256 is not None and head_sha256 != self.head_sha256:
+            raise ValueError(f"proposition head {self.head_path} has other weights than the index was built with")
+        self.query_segments = query_segments
+        self._segmenter: Segmenter | None = None
+
+    @property
+    def dim(self) -> int:
+        return int(self.head_config["out_dim"])
+
+    def options(self) -> dict[str, Any]:
+        return {
+            "head": self.head_name, "segmenter": self.segmenter_name,
+            "query_segments": self.query_segments, "head_sha256": self.head_sha256,
+        }
+
+    @property
+    def segmenter(self) -> PairSegmenter:
+        if self._segmenter is None:
+            self._segmenter = PairSegmenter.load(self.segmenter_path, backbone=self.backbone)
+        return self._segmenter  # type: ignore[return-value]
+
+    def passages(self, doc: Document) -> list[Passage]:
+        """One sentence per passage: a sentence is encoded alone, as it was in training."""
+        return cut_passages(doc, self.backbone, window=self.backbone.max_length - 2, pack=False)
+
+    def propositions(self, passage: Passage, tokens: TokenStates, *, query: bool) -> list[tuple[Span, ...]]:
+        """Char spans (passage-relative) of each proposition to encode."""
+        doc = passage.doc
+        if doc.focus:
+            return [tuple((max(a, passage.start) - passage.start, min(b, passage.end) - passage.start)
+                          for a, b in doc.focus if a < passage.end and b > passage.start)]
+        text = passage.text
+        offsets = words(text)
+        if len(offsets) == 0:
+            return []
+        if query and not self.query_segments:
+            return [((int(offsets[0, 0]), int(offsets[-1, 1])),)]
+        real = ~tokens.special
+        wstates = span_pool(tokens.states, tokens.offsets, real, [[(int(a), int(b))] for a, b in offsets])
+        with torch.inference_mode():
+            props = self.segmenter.decode(wstates.to(self.backbone.device), len(offsets))
+        # Words no proposition covers are not lost: they form one more.
+        covered = {i for p in props for i in p}
+        rest = [i for i in range(len(offsets)) if i not in covered and any(ch.isalnum() for ch in text[offsets[i, 0]:offsets[i, 1]])]
+        if rest:
+            props.append(tuple(rest))
+        return [word_spans(text, offsets, p) for p in props]
+
+    def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
+        groups = [g for g in self.propositions(passage, tokens, query=query) if g]
+        if not groups:
+            return Encoded(np.zeros((0, self.dim), np.float32), [])
+        pooled = span_pool(tokens.states, tokens.offsets, ~tokens.special, groups)
+        with torch.inference_mode():
+            vectors = self.head(pooled.to(self.backbone.device)).float().cpu().numpy()
+        locate = SentenceLocator(passage.doc)
+        units = [locate.unit([(a + passage.start, b + passage.start) for a, b in g], Kind.PROPOSITION) for g in groups]
+        return Encoded(vectors, units)

@@ -1,0 +1,45 @@
+"""Provenance: what an index manifest and a trained head record about their making."""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shlex
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def library_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in ("propdex", "torch", "transformers", "peft", "faiss-cpu", "faiss-gpu", "numpy", "lmdb", "hnswlib"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def hardware() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
+    return f"CPU {platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+
+
+def command_line() -> str:
+    return "propdex " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def data_record(path: str | Path) -> dict[str, Any]:
+    return {"path": str(path), "sha256": sha256_file(path)}

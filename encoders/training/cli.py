@@ -1,0 +1,55 @@
+"""`propdex train segmenter|proposition`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+WEIGHTS = Path(__file__).resolve().parents[1] / "weights"
+PROPSEGMENT = "../shared/data/propsegment/v1"
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("train", help="train a small head (segmenter, proposition encoder)")
+    tsub = p.add_subparsers(dest="model", required=True, metavar="MODEL")
+
+    s = tsub.add_parser("segmenter", help="word-pair proposition segmenter on PropSegment test segmentations")
+    s.add_argument("--propsegment", type=Path, default=Path(PROPSEGMENT), help="PropSegment v1 folder (test split is read)")
+    s.add_argument("--out", type=Path, default=WEIGHTS / "segmenter")
+    s.add_argument("--backbone", help="default: the packaged all-MiniLM-L6-v2")
+    s.add_argument("--epochs", type=int, default=60)
+    s.add_argument("--lr", type=float, default=1e-3)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--device", default="auto")
+    s.set_defaults(run=_segmenter)
+
+    e = tsub.add_parser("proposition", help="sub-sentence encoder head (SupCon, frozen backbone)")
+    e.add_argument("--propsegment", type=Path, default=Path(PROPSEGMENT), help="PropSegment v1 folder (test split is read)")
+    e.add_argument("--sick", type=Path, default=Path("../shared/data/sick/SICK.txt"), help="SICK.txt ('' to skip)")
+    e.add_argument("--stsb", type=Path, default=Path("../shared/data/stsb/sts-train.csv"), help="STS-B train file ('' to skip)")
+    e.add_argument("--out", type=Path, default=WEIGHTS / "proposition")
+    e.add_argument("--backbone", help="default: the packaged all-MiniLM-L6-v2")
+    e.add_argument("--dim", type=int, default=64, help="output dimension")
+    e.add_argument("--tau", type=float, default=0.05, help="SupCon temperature")
+    e.add_argument("--epochs", type=int, default=30)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--device", default="auto")
+    e.set_defaults(run=_proposition)
+
+
+def _segmenter(args) -> int:
+    from .segmenter import train_segmenter
+
+    train_segmenter(args.propsegment, args.out, backbone=args.backbone, epochs=args.epochs, lr=args.lr, seed=args.seed, device=args.device)
+    return 0
+
+
+def _proposition(args) -> int:
+    from .proposition import train_proposition
+
+    def optional(path: Path) -> Path | None:
+        return None if str(path) in ("", ".") else path
+
+    train_proposition(
+        args.propsegment, optional(args.sick), optional(args.stsb), args.out, backbone=args.backbone, out_dim=args.dim, tau=args.tau,
+        epochs=args.epochs, seed=args.seed, device=args.device,
+    )
+    return 0
