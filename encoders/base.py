@@ -36,6 +36,11 @@ class Encoder(ABC):
 
     name: ClassVar[str]
     kind: ClassVar[Kind]
+    # Hidden layers whose states are concatenated into TokenStates.states
+    # (0 = embeddings); None = the last layer only.
+    layers: tuple[int, ...] | None = None
+    # The network the states come from, when not the backbone's own (adapters).
+    model: torch.nn.Module | None = None
 
     def __init__(self, backbone: Backbone, batch_size: int = 32) -> None:
         self.backbone = backbone
@@ -101,14 +106,24 @@ class Encoder(ABC):
         special = enc.pop("special_tokens_mask").numpy().astype(bool)
         ids = enc["input_ids"].numpy()
         mask = enc["attention_mask"]
-        hidden = bb.model(**{k: v.to(bb.device) for k, v in enc.items()}).last_hidden_state
-        hidden = hidden.float().cpu()
+        hidden = hidden_states(bb, enc, self.layers, self.model).float().cpu()
         lengths = mask.sum(1).tolist()
         return [TokenStates(hidden[i, :n], offsets[i, :n], special[i, :n], ids[i, :n]) for i, n in enumerate(lengths)]
 
     def passages(self, doc: Document) -> list[Passage]:
         """Cut a document into windows that fit the model, on sentence boundaries."""
         return cut_passages(doc, self.backbone, window=self.backbone.max_length - _n_specials(self.backbone))
+
+
+def hidden_states(backbone: Backbone, enc: Any, layers: Sequence[int] | None = None, model: torch.nn.Module | None = None) -> torch.Tensor:
+    """(batch, length, dim * len(layers)) states of a tokenized batch, from
+    `model` (default: the backbone's)."""
+    model = model or backbone.model
+    inputs = {k: v.to(backbone.device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+    if layers is None:
+        return model(**inputs).last_hidden_state
+    every = model(**inputs, output_hidden_states=True).hidden_states
+    return torch.cat([every[i] for i in layers], dim=-1)
 
 
 def _n_specials(backbone: Backbone) -> int:

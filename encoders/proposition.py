@@ -25,14 +25,19 @@ from torch import nn
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, cut_passages, span_pool
 from .provenance import sha256_file
-from .segment import PairSegmenter, Segmenter, words, word_spans
+from .segment import PairSegmenter, Segmenter, word_spans, word_states, words
 from .units import Document, Encoded, Kind, Passage, Span
 
 WEIGHTS = Path(__file__).resolve().parent / "weights"
 
 
 class PropositionHead(nn.Module):
-    """Mask-pooled token state -> MLP -> L2-normalised `out_dim` vector."""
+    """Mask-pooled token states -> MLP -> L2-normalised `out_dim` vector.
+
+    The token states are several backbone layers side by side (config
+    `layers`): the last layer alone has mixed the whole sentence into every
+    token, the embedding layer has not mixed it at all, and the head learns
+    how much of each a proposition needs."""
 
     def __init__(self, dim: int, hidden: int, out_dim: int) -> None:
         super().__init__()
@@ -42,25 +47,56 @@ class PropositionHead(nn.Module):
         return nn.functional.normalize(self.mlp(pooled), dim=-1)
 
 
-def load_head(path: str | Path) -> tuple[PropositionHead, dict[str, Any]]:
+# BERT-style attention projections; what LoRA adapts.
+LORA_TARGETS = ["query", "key", "value"]
+
+
+def adapt(model: nn.Module, r: int) -> nn.Module:
+    """A copy of `model` with LoRA adapters of rank r (the original stays
+    untouched: other encoders and the segmenter share it)."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.1, target_modules=LORA_TARGETS)
+    return get_peft_model(copy.deepcopy(model), config)
+
+
+def save_weights(state: dict[str, torch.Tensor], path: str | Path, config: dict[str, Any]) -> None:
+    """`head.*` and `lora.*` tensors in one safetensors file, config beside it."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"))
+    (tmp / "config.json").write_text(json.dumps(config, indent=1))
+    if path.exists():
+        import shutil
+
+        shutil.rmtree(path)
+    tmp.rename(path)
+
+
+def load_weights(path: str | Path, model: nn.Module) -> tuple[PropositionHead, nn.Module, dict[str, Any]]:
+    """The head, the backbone model to use (adapted and merged when the
+    weights carry LoRA adapters, else `model` itself), and the config."""
     from safetensors.torch import load_file
 
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no proposition head at {path} (config.json missing); train one with `propdex train proposition`")
     config = json.loads((path / "config.json").read_text())
+    state = load_file(str(path / "model.safetensors"))
     head = PropositionHead(config["dim"], config["hidden"], config["out_dim"])
-    head.load_state_dict(load_file(str(path / "model.safetensors")))
-    return head.eval(), config
-
-
-def save_head(head: PropositionHead, path: str | Path, config: dict[str, Any]) -> None:
-    from safetensors.torch import save_file
-
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(path / "model.safetensors"))
-    (path / "config.json").write_text(json.dumps(config, indent=1))
+    head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
+    if config.get("lora"):
+        adapted = adapt(model, config["lora"]["r"])
+        missing = adapted.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("lora.")}, strict=False)
+        if missing.unexpected_keys:
+            raise ValueError(f"{path}: adapter weights do not fit the backbone ({missing.unexpected_keys[:3]}...)")
+        model = adapted.merge_and_unload()
+    return head.eval(), model.eval(), config
 
 
 class PropositionEncoder(Encoder):
@@ -75,13 +111,16 @@ class PropositionEncoder(Encoder):
         self.head_path = WEIGHTS / "proposition" if head == "default" else Path(head)
         self.segmenter_path = WEIGHTS / "segmenter" if segmenter == "default" else Path(segmenter)
         self.head_name, self.segmenter_name = head, segmenter
-        self.head, self.head_config = load_head(self.head_path)
+        self.head, self.model, self.head_config = load_weights(self.head_path, backbone.model)
         self.head.to(backbone.device)
+        self.model.to(backbone.device)
+        self.adapted = self.model is not backbone.model
         if self.head_config["backbone"] != backbone.name and head == "default":
             raise ValueError(f"the packaged proposition head was trained on {self.head_config['backbone']}, not {backbone.name}")
         self.head_sha256 = sha256_file(self.head_path / "model.safetensors")
         if head_sha256 is not None and head_sha256 != self.head_sha256:
             raise ValueError(f"proposition head {self.head_path} has other weights than the index was built with")
+        self.layers = tuple(self.head_config.get("layers", (-1,)))
         self.query_segments = query_segments
         self._segmenter: Segmenter | None = None
 
@@ -117,10 +156,13 @@ class PropositionEncoder(Encoder):
             return []
         if query and not self.query_segments:
             return [((int(offsets[0, 0]), int(offsets[-1, 1])),)]
-        real = ~tokens.special
-        wstates = span_pool(tokens.states, tokens.offsets, real, [[(int(a), int(b))] for a, b in offsets])
         with torch.inference_mode():
-            props = self.segmenter.decode(wstates.to(self.backbone.device), len(offsets))
+            if self.adapted:  # the segmenter reads the frozen backbone: one more forward
+                wstates = word_states(self.backbone, [text], PairSegmenter.MAX_WORDS)[0][0]
+            else:  # the same forward: the last layer, which `layers` ends with
+                last = tokens.states[:, -self.backbone.dim :]
+                wstates = span_pool(last, tokens.offsets, ~tokens.special, [[(int(a), int(b))] for a, b in offsets])
+            props = self.segmenter.decode(wstates.to(self.backbone.device), text, offsets)
         # Words no proposition covers are not lost: they form one more.
         covered = {i for p in props for i in p}
         rest = [i for i in range(len(offsets)) if i not in covered and any(ch.isalnum() for ch in text[offsets[i, 0]:offsets[i, 1]])]

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TASKS = ("hotpotqa", "propsegment", "beir")
+TASKS = ("hotpotqa", "propsegment", "beir", "segmentation")
 DEFAULT_LEVEL = {"hotpotqa": "doc", "beir": "doc", "propsegment": "unit"}
 # PropSegment: sentence/document rankings de-duplicate a proposition ranking
 # at least 5x deeper than the deepest cut-off (R@20).
@@ -256,7 +256,8 @@ def add_commands(sub) -> None:
     p = sub.add_parser("eval", help="measure systems side by side", description=__doc__.split("\n\n")[0])
     p.add_argument("task", choices=TASKS)
     p.add_argument("path", help="data file or folder")
-    p.add_argument("--systems", default="bm25,single,tokens", help="comma-separated, e.g. bm25,single,tokens:factory=Flat")
+    p.add_argument("--systems", default="bm25,single,tokens",
+                   help="comma-separated, e.g. bm25,single,tokens:factory=Flat (segmentation: clause,pairs)")
     p.add_argument("--level", choices=("doc", "sentence", "unit"), help="default: doc (propsegment: unit = proposition)")
     p.add_argument("--limit", type=int, help="first N queries")
     p.add_argument("--out", type=Path, help="write the JSON results here")
@@ -268,6 +269,8 @@ def add_commands(sub) -> None:
 
 def _run(args) -> int:
     command = "propdex " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    if args.task == "segmentation":
+        return _run_segmentation(args, command)
     result = evaluate(
         args.task, args.path, [s for s in args.systems.split(",") if s], level=args.level, limit=args.limit,
         work=args.work, device=args.device, command=command,
@@ -280,4 +283,18 @@ def _run(args) -> int:
         args.out.write_text(json.dumps(result, indent=1, default=str))
     if args.plot:
         plot_recall(result, args.plot)
+    return 0
+
+
+def _run_segmentation(args, command: str) -> int:
+    from . import segmentation
+
+    systems = [s for s in args.systems.split(",") if s] if args.systems != "bm25,single,tokens" else ["clause", "pairs"]
+    result = segmentation.evaluate_segmentation(args.path, systems, device=args.device)
+    result = {"task": "propsegment segmentation (dev)", "command": command, "versions": {**library_versions(), "git": _git_head()}, **result}
+    print(f"{result['task']}: {result['n_sentences']} sentences, {result['n_gold']} gold propositions")
+    print(segmentation.markdown(result))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1, default=str))
     return 0

@@ -28,6 +28,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--keep-punct", action="store_true", help="tokens encoder: keep punctuation tokens")
+    p.add_argument("--query-segments", action="store_true",
+                   help="proposition encoder: segment queries into propositions (MaxSim) instead of one whole-query vector")
     p.add_argument("--limit", type=int, help="index at most N documents")
     p.set_defaults(run=run_index)
 
@@ -35,7 +37,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def run_index(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ValueError("--limit must be at least 1")
-    options = {"drop_punct": not args.keep_punct} if args.encoder == "tokens" else {}
+    options: dict = {}
+    if args.encoder == "tokens":
+        options["drop_punct"] = not args.keep_punct
+    if args.encoder == "proposition":
+        options["query_segments"] = args.query_segments
     encoder = load_encoder(args.encoder, backbone=args.backbone, device=args.device, batch_size=args.batch_size, **options)
     inputs = {"paths": [str(Path(p).resolve()) for p in args.inputs], "format": args.format, "limit": args.limit}
     records = read_corpus(args.inputs, args.format)

@@ -123,11 +123,13 @@ def test_supcon_prefers_positives_together_and_same_sentence_negatives_apart():
 
 @pytest.fixture(scope="module")
 def tiny_encoder(tiny, tiny_dir, tmp_path_factory):
-    from encoders.proposition import PropositionEncoder, PropositionHead, save_head
+    from encoders.proposition import PropositionEncoder, PropositionHead, save_weights
 
     torch.manual_seed(0)
     root = tmp_path_factory.mktemp("proposition")
-    save_head(PropositionHead(tiny.dim, 48, 16), root / "head", {"backbone": str(tiny_dir), "dim": tiny.dim, "hidden": 48, "out_dim": 16})
+    head = PropositionHead(2 * tiny.dim, 48, 16)
+    config = {"backbone": str(tiny_dir), "dim": 2 * tiny.dim, "layers": [0, 2], "hidden": 48, "out_dim": 16}
+    save_weights({f"head.{k}": v for k, v in head.state_dict().items()}, root / "head", config)
     PairSegmenter(tiny, PairSegmenter.default_config()).save(root / "segmenter", {"backbone": str(tiny_dir)})
     return PropositionEncoder(tiny, head=str(root / "head"), segmenter=str(root / "segmenter"))
 
@@ -158,8 +160,9 @@ def test_encoder_shape_normalisation_determinism(tiny_encoder):
                 covered[base + s : base + e] = True
     assert all(covered[a:b].all() for a, b in words(text) if text[a:b].isalnum())
     # a query is one proposition (its whole text) unless asked to segment
-    (q,) = tiny_encoder.encode_queries(["who directed a film in 2010, and where was he born?"])
-    assert len(q.units) == 1 and q.units[0].spans == ((0, 50),)
+    query = "who directed a film in 2010, and where was he born?"
+    (q,) = tiny_encoder.encode_queries([query])
+    assert len(q.units) == 1 and q.units[0].spans == ((0, len(query)),)
     # a document that names its proposition (focus) gets exactly that one
     focused = Document("p", text, sentences=((0, 51), (52, len(text))), focus=((0, 12), (35, 50)))
     (enc,) = tiny_encoder.encode(tiny_encoder.passages(focused))

@@ -29,6 +29,8 @@ def add_commands(sub) -> None:
     e.add_argument("--backbone", help="default: the packaged all-MiniLM-L6-v2")
     e.add_argument("--dim", type=int, default=64, help="output dimension")
     e.add_argument("--tau", type=float, default=0.05, help="SupCon temperature")
+    e.add_argument("--layers", default="0,3,6", help="backbone layers pooled side by side (0 = embeddings; must end with the last)")
+    e.add_argument("--lora", type=int, default=0, help="LoRA rank on the backbone's attention (0: frozen backbone)")
     e.add_argument("--epochs", type=int, default=30)
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--device", default="auto")
@@ -49,7 +51,7 @@ def _proposition(args) -> int:
         return None if str(path) in ("", ".") else path
 
     train_proposition(
-        args.propsegment, optional(args.sick), optional(args.stsb), args.out, backbone=args.backbone, out_dim=args.dim, tau=args.tau,
+        args.propsegment, optional(args.sick), optional(args.stsb), args.out, backbone=args.backbone, out_dim=args.dim, tau=args.tau, layers=tuple(int(x) for x in args.layers.split(",")), lora=args.lora,
         epochs=args.epochs, seed=args.seed, device=args.device,
     )
     return 0

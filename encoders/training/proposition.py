@@ -34,8 +34,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..backbone import Backbone
-from ..base import span_pool
-from ..proposition import PropositionHead, save_head
+from ..base import hidden_states, span_pool
+from ..proposition import LORA_TARGETS, PropositionHead, adapt, save_weights
 from ..provenance import command_line, data_record, hardware, library_versions
 from ..segment import word_spans
 from .data import SegmentedSentence, propsegment_sentences, sick_pairs, stsb_pairs
@@ -47,7 +47,7 @@ _STOP = frozenset("a an the of in on at to for by with and or is was are were be
 
 
 @torch.inference_mode()
-def pooled(bb: Backbone, texts: list[str], groups: list[list[list[tuple[int, int]]]], batch: int = 64) -> list[torch.Tensor]:
+def pooled(bb: Backbone, texts: list[str], groups: list[list[list[tuple[int, int]]]], layers: tuple[int, ...], batch: int = 64) -> list[torch.Tensor]:
     """Per text, the mean token state under each of its span groups (frozen backbone)."""
     out: list[torch.Tensor | None] = [None] * len(texts)
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -58,7 +58,7 @@ def pooled(bb: Backbone, texts: list[str], groups: list[list[list[tuple[int, int
         offsets = enc.pop("offset_mapping").numpy()
         special = enc.pop("special_tokens_mask").numpy().astype(bool)
         real = ~special & (enc["attention_mask"].numpy() > 0)
-        hidden = bb.model(**{k: v.to(bb.device) for k, v in enc.items()}).last_hidden_state.float()
+        hidden = hidden_states(bb, enc, layers).float()
         for r, i in enumerate(idx):
             out[i] = span_pool(hidden[r], offsets[r], real[r], groups[i]).cpu()
     return out  # type: ignore[return-value]
@@ -74,34 +74,85 @@ def content_words(text: str) -> set[str]:
 
 @dataclass
 class Examples:
-    """Pooled 384-d inputs and who is a positive of whom."""
+    """What the head learns from: texts, the span groups to pool in them, and
+    who is a positive of whom. Item keys: ("ctx", i, j) proposition j of
+    sentence i pooled inside its sentence, ("alone", i, j) its text encoded
+    alone, ("pair", p, side) a side of sentence pair p."""
 
-    context: list[torch.Tensor]  # per sentence: (props, dim) pooled in context
-    alone: list[torch.Tensor]  # per sentence: (props, dim) the props' own text
-    prop_keys: list[list[tuple]]  # per sentence: a key per prop
-    aligned: dict[tuple, list[tuple[int, int]]]  # prop key -> (sentence, prop) positives
-    pairs: torch.Tensor  # (n, 2, dim) sentence pairs (SICK, STS-B)
+    sentences: list[str]
+    spans: list[list[tuple[tuple[int, int], ...]]]  # per sentence, per proposition
+    texts: list[list[str]]  # per sentence, per proposition: its own text
+    aligned: dict[tuple[int, int], list[tuple[int, int]]]  # (i, j) -> positives (i2, j2)
+    pairs: list[tuple[str, str]]
 
 
-def build_examples(bb: Backbone, sentences: list[SegmentedSentence], pairs: list[tuple[str, str]], mine: bool) -> Examples:
-    props = []
-    for s in sentences:
-        seen = dict.fromkeys(list(s.propositions) + [p for r in s.other_responses for p in r])
-        props.append(list(seen))
+def build_examples(bb: Backbone, sentences: list[SegmentedSentence], pairs: list[tuple[str, str]], layers: tuple[int, ...]) -> Examples:
+    props = [list(dict.fromkeys(list(s.propositions) + [p for r in s.other_responses for p in r])) for s in sentences]
     spans = [[word_spans(s.text, s.words, p) for p in ps] for s, ps in zip(sentences, props)]
-    context = pooled(bb, [s.text for s in sentences], [[list(g) for g in sp] for sp in spans])
     texts = [[" ".join(s.text[a:b] for a, b in g) for g in sp] for s, sp in zip(sentences, spans)]
+    # Mining compares the propositions' texts by the frozen last layer (a sentence embedding).
     flat = [t for ts in texts for t in ts]
-    alone_flat = pooled(bb, flat, [whole(t) for t in flat])
+    alone_flat = pooled(bb, flat, [whole(t) for t in flat], (-1,))
     alone, k = [], 0
     for ts in texts:
         alone.append(torch.cat(alone_flat[k : k + len(ts)]) if ts else torch.zeros(0, bb.dim))
         k += len(ts)
-    keys = [[(i, j) for j in range(len(ps))] for i, ps in enumerate(props)]
-    aligned = mine_alignments(sentences, props, texts, alone) if mine else {}
-    pair_vecs = pooled(bb, [t for p in pairs for t in p], [whole(t) for p in pairs for t in p])
-    pair_tensor = torch.cat(pair_vecs).view(len(pairs), 2, -1) if pairs else torch.zeros(0, 2, bb.dim)
-    return Examples(context, alone, keys, aligned, pair_tensor)
+    aligned = mine_alignments(sentences, props, texts, alone)
+    return Examples([s.text for s in sentences], spans, texts, aligned, pairs)
+
+
+class Features:
+    """Pooled inputs of the head for item keys. Frozen backbone: computed once
+    and cached. Adapted backbone (LoRA): computed per batch, with gradients."""
+
+    def __init__(self, bb: Backbone, model: torch.nn.Module, ex: Examples, layers: tuple[int, ...], cache: bool) -> None:
+        self.bb, self.model, self.ex, self.layers = bb, model, ex, layers
+        self.cache: dict[tuple, torch.Tensor] | None = None
+        if cache:
+            with torch.inference_mode():
+                self.cache = {}
+                keys = [("ctx", i, j) for i, sp in enumerate(ex.spans) for j in range(len(sp))]
+                keys += [("alone", i, j) for i, sp in enumerate(ex.spans) for j in range(len(sp))]
+                keys += [("pair", p, side) for p in range(len(ex.pairs)) for side in (0, 1)]
+                for b in tqdm(range(0, len(keys), 512), desc="pool", leave=False):
+                    chunk = keys[b : b + 512]
+                    self.cache.update(zip(chunk, self._compute(chunk).clone()))
+
+    def __call__(self, keys: list[tuple]) -> torch.Tensor:
+        if self.cache is not None:
+            return torch.stack([self.cache[k] for k in keys]).to(self.bb.device)
+        return self._compute(keys)
+
+    def _compute(self, keys: list[tuple]) -> torch.Tensor:
+        ex = self.ex
+        jobs: dict[str, list[tuple[int, int]]] = {}  # text -> (row, group index)
+        groups: dict[str, list[list[tuple[int, int]]]] = {}
+        for row, key in enumerate(keys):
+            kind, a, b = key
+            if kind == "ctx":
+                text, group = ex.sentences[a], list(ex.spans[a][b])
+            elif kind == "alone":
+                text = ex.texts[a][b]
+                group = [(0, len(text))]
+            else:
+                text = ex.pairs[a][b]
+                group = [(0, len(text))]
+            groups.setdefault(text, []).append(group)
+            jobs.setdefault(text, []).append((row, len(groups[text]) - 1))
+        texts = list(groups)
+        out: list[torch.Tensor | None] = [None] * len(keys)
+        for b in range(0, len(texts), 64):
+            batch = texts[b : b + 64]
+            enc = self.bb.tokenizer(batch, padding=True, truncation=True, max_length=self.bb.max_length,
+                                    return_offsets_mapping=True, return_special_tokens_mask=True, return_tensors="pt")
+            offsets = enc.pop("offset_mapping").numpy()
+            real = ~enc.pop("special_tokens_mask").numpy().astype(bool) & (enc["attention_mask"].numpy() > 0)
+            hidden = hidden_states(self.bb, enc, self.layers, model=self.model).float()
+            for r, text in enumerate(batch):
+                vecs = span_pool(hidden[r], offsets[r], real[r], groups[text])
+                for row, g in jobs[text]:
+                    out[row] = vecs[g]
+        return torch.stack(out)  # type: ignore[arg-type]
 
 
 def mine_alignments(sentences, props, texts, alone, min_cos: float = 0.85, min_jaccard: float = 0.5) -> dict:
@@ -149,94 +200,110 @@ def supcon(z: torch.Tensor, labels: torch.Tensor, tau: float) -> torch.Tensor:
     return per_item.mean()
 
 
-def heldout_p1(head: PropositionHead, ex: Examples) -> float:
+def heldout_p1(head: PropositionHead, feats: Features) -> float:
     """P@1: a proposition in context retrieves an aligned proposition, among
-    all held-out propositions in context."""
-    index = [(i, j) for i, c in enumerate(ex.context) for j in range(len(c))]
+    all held-out propositions in context (its own sentence's included: they
+    are the hard negatives)."""
+    ex = feats.ex
+    index = [(i, j) for i, sp in enumerate(ex.spans) for j in range(len(sp))]
     if not ex.aligned:
         return float("nan")
     with torch.no_grad():
-        z = head(torch.cat([c for c in ex.context if len(c)]))
+        z = head(feats([("ctx", i, j) for i, j in index]))
     pos = {key: n for n, key in enumerate(index)}
-    hits = total = 0
+    hits = 0
     for key, partners in ex.aligned.items():
-        q = pos[key]
-        sims = z @ z[q]
-        sims[q] = float("-inf")
-        # other propositions of the same sentence stay in: they are the hard negatives
+        sims = z @ z[pos[key]]
+        sims[pos[key]] = float("-inf")
         hits += index[int(sims.argmax())] in partners
-        total += 1
-    return hits / total
+    return hits / len(ex.aligned)
+
+
+def batch_items(ex: Examples, sentences: list[int], pair_ids: list[int]) -> tuple[list[tuple], list[int]]:
+    """Item keys and SupCon labels of one batch: every proposition of the
+    batch's sentences in context and alone (one label), its aligned
+    propositions in context (the same label), and sentence pairs."""
+    label_of: dict[tuple[int, int], int] = {}
+    for i in sentences:
+        for j in range(len(ex.spans[i])):
+            lab = label_of.setdefault((i, j), len(label_of))
+            for partner in ex.aligned.get((i, j), ()):
+                label_of.setdefault(partner, lab)
+    keys, labels = [], []
+    for (i, j), lab in label_of.items():
+        keys.append(("ctx", i, j))
+        labels.append(lab)
+        if i in sentences:
+            keys.append(("alone", i, j))
+            labels.append(lab)
+    for p in pair_ids:
+        keys += [("pair", p, 0), ("pair", p, 1)]
+        labels += [len(label_of) + p] * 2
+    return keys, labels
 
 
 def train_proposition(
     propsegment: Path, sick: Path | None, stsb: Path | None, out: Path, *, backbone: str | None = None,
-    out_dim: int = 64, hidden: int = 768, tau: float = 0.05, epochs: int = 30, batch_sentences: int = 64,
-    lr: float = 1e-3, val_clusters: int = 3, seed: int = 0, device: str = "auto",
+    out_dim: int = 64, hidden: int = 768, tau: float = 0.05, layers: tuple[int, ...] = (0, 3, 6), lora: int = 0,
+    epochs: int = 30, batch_sentences: int = 32, lr: float = 1e-3, lora_lr: float = 3e-4, pairs_per_epoch: int = 2000,
+    val_clusters: int = 3, seed: int = 0, device: str = "auto",
 ) -> dict[str, Any]:
     started = time.time()
     random.seed(seed)
     torch.manual_seed(seed)
     bb = Backbone.load(backbone, device=device) if backbone else Backbone.load(device=device)
+    n_layers = bb.model.config.num_hidden_layers
+    if layers[-1] not in (-1, n_layers):
+        raise ValueError(f"layers must end with the last layer ({n_layers}): the segmenter reads it")
     sentences = propsegment_sentences(propsegment, "test")
     train, val = split_clusters(sentences, val_clusters, seed)
     pairs = (sick_pairs(sick) if sick else []) + (stsb_pairs(stsb) if stsb else [])
     log.info("proposition head: %d train / %d held-out sentences, %d sentence pairs", len(train), len(val), len(pairs))
-    tr = build_examples(bb, train, pairs, mine=True)
-    va = build_examples(bb, val, [], mine=True)
+    tr, va = build_examples(bb, train, pairs, layers), build_examples(bb, val, [], layers)
     n_aligned = sum(map(len, tr.aligned.values())) // 2
     log.info("mined %d aligned proposition pairs (train), %d (held out)", n_aligned, sum(map(len, va.aligned.values())) // 2)
 
-    head = PropositionHead(bb.dim, hidden, out_dim).to(bb.device)
-    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.01)
-    order = [i for i, c in enumerate(tr.context) if len(c)]
-    pair_order = list(range(len(tr.pairs)))
-    steps_per_epoch = (len(order) + batch_sentences - 1) // batch_sentences
-    pairs_per_step = (len(pair_order) + steps_per_epoch - 1) // max(steps_per_epoch, 1)
-    best = (-1.0, 0, None)
-    for epoch in tqdm(range(epochs), desc="train proposition head"):
+    model = bb.model
+    if lora:
+        model = adapt(bb.model, lora)
+    head = PropositionHead(bb.dim * len(layers), hidden, out_dim).to(bb.device)
+    params = [{"params": head.parameters(), "lr": lr}]
+    if lora:
+        params.append({"params": [p for p in model.parameters() if p.requires_grad], "lr": lora_lr})
+    opt = torch.optim.AdamW(params, weight_decay=0.01)
+    train_feats = Features(bb, model, tr, layers, cache=not lora)
+    val_feats = Features(bb, model, va, layers, cache=not lora)
+
+    order = [i for i, sp in enumerate(tr.spans) if sp]
+    steps = (len(order) + batch_sentences - 1) // batch_sentences
+    per_step = min(pairs_per_epoch, len(pairs)) // max(steps, 1)
+    best: tuple[float, int, dict | None] = (-1.0, 0, None)
+    for epoch in tqdm(range(epochs), desc="train proposition"):
         head.train()
+        model.train(bool(lora))
         random.shuffle(order)
-        random.shuffle(pair_order)
-        for step in range(steps_per_epoch):
-            batch = order[step * batch_sentences : (step + 1) * batch_sentences]
-            vecs, labels = [], []
-            label_of: dict[tuple, int] = {}
-            for i in batch:
-                for j in range(len(tr.context[i])):
-                    lab = label_of.setdefault((i, j), len(label_of))
-                    for p in tr.aligned.get((i, j), ()):
-                        label_of.setdefault(p, lab)
-            for i in batch:
-                for j in range(len(tr.context[i])):
-                    lab = label_of[(i, j)]
-                    vecs += [tr.context[i][j], tr.alone[i][j]]
-                    labels += [lab, lab]
-            # aligned partners from sentences outside the batch come along as positives
-            for key, lab in list(label_of.items()):
-                if key[0] not in batch:
-                    vecs.append(tr.context[key[0]][key[1]])
-                    labels.append(lab)
-            for p in pair_order[step * pairs_per_step : (step + 1) * pairs_per_step]:
-                lab = len(label_of) + p + 1
-                vecs += [tr.pairs[p, 0], tr.pairs[p, 1]]
-                labels += [lab, lab]
-            z = head(torch.stack(vecs).to(bb.device))
-            loss = supcon(z, torch.tensor(labels, device=bb.device), tau)
+        pair_ids = random.sample(range(len(pairs)), min(pairs_per_epoch, len(pairs)))
+        for step in range(steps):
+            keys, labels = batch_items(tr, order[step * batch_sentences : (step + 1) * batch_sentences],
+                                       pair_ids[step * per_step : (step + 1) * per_step])
+            loss = supcon(head(train_feats(keys)), torch.tensor(labels, device=bb.device), tau)
             opt.zero_grad()
             loss.backward()
             opt.step()
         head.eval()
-        p1 = heldout_p1(head, va)
+        model.eval()
+        p1 = heldout_p1(head, val_feats)
         if p1 > best[0]:
-            best = (p1, epoch + 1, {k: v.detach().clone() for k, v in head.state_dict().items()})
+            state = {f"head.{k}": v.detach().cpu().clone() for k, v in head.state_dict().items()}
+            if lora:
+                state.update({f"lora.{k}": v.detach().cpu().clone() for k, v in model.state_dict().items() if "lora_" in k})
+            best = (p1, epoch + 1, state)
         log.info("epoch %d loss %.4f held-out P@1 %.4f", epoch + 1, loss.item(), p1)
-    head.load_state_dict(best[2])
 
     data: dict[str, Any] = {
         "propsegment_test": {f: data_record(Path(propsegment) / f) for f in ("document_clusters.test.json", "propositions.test.json")},
         "train_sentences": len(train),
-        "train_propositions": sum(len(c) for c in tr.context),
+        "train_propositions": sum(map(len, tr.spans)),
         "aligned_pairs": n_aligned,
         "heldout_clusters": sorted({s.cluster for s in val}),
         "sentence_pairs": len(pairs),
@@ -246,13 +313,15 @@ def train_proposition(
     if stsb:
         data["stsb"] = data_record(stsb)
     config = {
-        "backbone": bb.name, "dim": bb.dim, "hidden": hidden, "out_dim": out_dim, "pooling": "mask mean, frozen backbone",
+        "backbone": bb.name, "dim": bb.dim * len(layers), "layers": list(layers), "hidden": hidden, "out_dim": out_dim,
+        "lora": {"r": lora, "alpha": 2 * lora, "target_modules": LORA_TARGETS} if lora else None,
+        "pooling": "mask mean of the concatenated layers",
         "command": command_line(), "data": data,
-        "training": {"loss": "SupCon", "tau": tau, "epochs": epochs, "best_epoch": best[1], "lr": lr,
-                     "batch_sentences": batch_sentences, "seed": seed, "backbone": "frozen"},
+        "training": {"loss": "SupCon", "tau": tau, "epochs": epochs, "best_epoch": best[1], "lr": lr, "lora_lr": lora_lr if lora else None,
+                     "batch_sentences": batch_sentences, "pairs_per_epoch": pairs_per_epoch, "seed": seed},
         "heldout_p1": round(best[0], 4),
         "hardware": hardware(), "train_seconds": round(time.time() - started, 1), "versions": library_versions(),
     }
-    save_head(head, out, config)
+    save_weights(best[2], out, config)
     print(f"proposition head: held-out P@1 {100 * best[0]:.2f} (epoch {best[1]}), {config['train_seconds']:.0f} s on {config['hardware']} -> {out}")
     return config
