@@ -47,18 +47,23 @@ class PropositionHead(nn.Module):
         return nn.functional.normalize(self.mlp(pooled), dim=-1)
 
 
-# BERT-style attention projections; what LoRA adapts.
+# BERT-style attention projections of the upper half of the layers: what
+# LoRA adapts (the lower half stays as is, which also halves the backward pass).
 LORA_TARGETS = ["query", "key", "value"]
 
 
-def adapt(model: nn.Module, r: int) -> nn.Module:
-    """A copy of `model` with LoRA adapters of rank r (the original stays
-    untouched: other encoders and the segmenter share it)."""
+def LORA_LAYERS(n_layers: int) -> list[int]:
+    return list(range(n_layers // 2, n_layers))
+
+
+def adapt(model: nn.Module, r: int, layers: list[int]) -> nn.Module:
+    """A copy of `model` with LoRA adapters of rank r on `layers` (the original
+    stays untouched: other encoders and the segmenter share it)."""
     import copy
 
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.1, target_modules=LORA_TARGETS)
+    config = LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.1, target_modules=LORA_TARGETS, layers_to_transform=layers)
     return get_peft_model(copy.deepcopy(model), config)
 
 
@@ -91,7 +96,7 @@ def load_weights(path: str | Path, model: nn.Module) -> tuple[PropositionHead, n
     head = PropositionHead(config["dim"], config["hidden"], config["out_dim"])
     head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
     if config.get("lora"):
-        adapted = adapt(model, config["lora"]["r"])
+        adapted = adapt(model, config["lora"]["r"], config["lora"]["layers"])
         missing = adapted.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("lora.")}, strict=False)
         if missing.unexpected_keys:
             raise ValueError(f"{path}: adapter weights do not fit the backbone ({missing.unexpected_keys[:3]}...)")
@@ -157,12 +162,12 @@ class PropositionEncoder(Encoder):
         if query and not self.query_segments:
             return [((int(offsets[0, 0]), int(offsets[-1, 1])),)]
         with torch.inference_mode():
-            if self.adapted:  # the segmenter reads the frozen backbone: one more forward
-                wstates = word_states(self.backbone, [text], PairSegmenter.MAX_WORDS)[0][0]
-            else:  # the same forward: the last layer, which `layers` ends with
-                last = tokens.states[:, -self.backbone.dim :]
-                wstates = span_pool(last, tokens.offsets, ~tokens.special, [[(int(a), int(b))] for a, b in offsets])
-            props = self.segmenter.decode(wstates.to(self.backbone.device), text, offsets)
+            seg = self.segmenter
+            if self.adapted or seg.layers != self.layers:  # the segmenter reads other states: one more forward
+                wstates = word_states(self.backbone, [text], PairSegmenter.MAX_WORDS, seg.layers)[0][0]
+            else:  # the same forward
+                wstates = span_pool(tokens.states, tokens.offsets, ~tokens.special, [[(int(a), int(b))] for a, b in offsets])
+            props = seg.decode(wstates.to(self.backbone.device), text, offsets)
         # Words no proposition covers are not lost: they form one more.
         covered = {i for p in props for i in p}
         rest = [i for i in range(len(offsets)) if i not in covered and any(ch.isalnum() for ch in text[offsets[i, 0]:offsets[i, 1]])]

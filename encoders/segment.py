@@ -211,13 +211,16 @@ class PairSegmenter:
     def __init__(self, backbone: "Backbone", config: dict[str, Any], head: "torch.nn.Module | None" = None) -> None:
         self.backbone = backbone
         self.config = config
-        self.head = head or _pair_head(backbone.dim, config["hidden"], config["layers"], config["heads"], 0.0)
+        self.layers = tuple(config.get("backbone_layers") or (-1,))
+        self.head = head or _pair_head(backbone.dim * len(self.layers), config["hidden"], config["layers"], config["heads"], 0.0)
         self.head.to(backbone.device).eval()
         self.threshold = float(config.get("threshold", 0.5))
 
     @classmethod
-    def default_config(cls) -> dict[str, Any]:
-        return {"hidden": 256, "layers": 2, "heads": 4, "threshold": 0.5}
+    def default_config(cls, n_layers: int = 6) -> dict[str, Any]:
+        # backbone_layers: the word states are these hidden layers side by side;
+        # the middle layers carry the syntax that proposition boundaries follow.
+        return {"hidden": 256, "layers": 2, "heads": 4, "threshold": 0.5, "backbone_layers": [n_layers // 3, 2 * n_layers // 3, n_layers]}
 
     @classmethod
     def load(cls, path: str | Path, backbone: "Backbone | None" = None, device: str = "auto") -> "PairSegmenter":
@@ -253,7 +256,7 @@ class PairSegmenter:
         for start in range(0, len(texts), batch):
             chunk = list(texts[start : start + batch])
             with torch.inference_mode():
-                states, offsets = word_states(self.backbone, chunk, self.MAX_WORDS)
+                states, offsets = word_states(self.backbone, chunk, self.MAX_WORDS, self.layers)
                 for text, wstates, woffs in zip(chunk, states, offsets):
                     out.append(self.decode(wstates, text, woffs))
         return out
@@ -276,13 +279,15 @@ class PairSegmenter:
         return list(dict.fromkeys(props))
 
 
-def word_states(backbone: "Backbone", texts: Sequence[str], max_words: int) -> tuple[list["torch.Tensor"], list[np.ndarray]]:
+def word_states(
+    backbone: "Backbone", texts: Sequence[str], max_words: int, layers: Sequence[int] | None = None
+) -> tuple[list["torch.Tensor"], list[np.ndarray]]:
     """Per text, one state per word (mean of its subword states) and the words'
     char spans. Texts are encoded in windows of `max_words` words so that no
     word falls off the end of the backbone's window."""
     import torch
 
-    from .base import span_pool
+    from .base import hidden_states, span_pool
 
     offsets = [words(t) for t in texts]
     pieces: list[tuple[int, int, int]] = []  # (text, first word, last word)
@@ -296,7 +301,7 @@ def word_states(backbone: "Backbone", texts: Sequence[str], max_words: int) -> t
     )
     sub_offsets = enc.pop("offset_mapping").numpy()
     special = enc.pop("special_tokens_mask").numpy().astype(bool)
-    hidden = backbone.model(**{k: v.to(backbone.device) for k, v in enc.items()}).last_hidden_state.float()
+    hidden = hidden_states(backbone, enc, layers).float()
     out = [torch.zeros(len(o), hidden.shape[-1], device=hidden.device) for o in offsets]
     for p, (t, w0, w1) in enumerate(pieces):
         if w1 == w0:

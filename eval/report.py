@@ -17,6 +17,15 @@ from .run import markdown
 def section(path: Path) -> str:
     result = json.loads(path.read_text())
     v = result["versions"]
+    if "level" not in result:  # segmentation
+        from .segmentation import markdown as segmentation_table
+
+        return "\n".join([
+            f"### {result['task']} ({path.name})", "", "```bash", result["command"], "```",
+            f"commit {v.get('git')}; torch {v.get('torch')}, transformers {v.get('transformers')}, python {v.get('python')}; "
+            f"{result['n_sentences']} sentences, {result['n_gold']} gold propositions",
+            "", segmentation_table(result), "",
+        ])
     data = result.get("data", {})
     counts = ", ".join(f"{k[2:]} {v_}" for k, v_ in data.items() if k.startswith("n_"))
     return "\n".join([

@@ -74,7 +74,7 @@ def test_anchors_are_distinct_words_of_their_proposition():
 def test_pair_segmenter_decodes_perfect_scores_back_to_the_propositions(tiny, sentences):
     """Decoding is exact: logits that equal the targets give back the gold
     propositions (those whose anchor no other proposition shares)."""
-    seg = PairSegmenter(tiny, PairSegmenter.default_config())
+    seg = PairSegmenter(tiny, PairSegmenter.default_config(tiny.model.config.num_hidden_layers))
     for s in sentences[:40]:
         is_anchor, member = anchor_targets(len(s.words), s.propositions)
 
@@ -92,7 +92,7 @@ def test_pair_segmenter_decodes_perfect_scores_back_to_the_propositions(tiny, se
 @pytest.mark.parametrize("text", ODD_TEXTS, ids=["empty", "one-word", "500-words", "chinese", "arabic", "blank", "punct"])
 def test_segmenters_return_valid_propositions_for_any_text(tiny, text):
     n = len(words(text))
-    for seg in (ClauseSplitter(), PairSegmenter(tiny, PairSegmenter.default_config())):
+    for seg in (ClauseSplitter(), PairSegmenter(tiny, PairSegmenter.default_config(tiny.model.config.num_hidden_layers))):
         (props,) = seg.segment([text])
         for p in props:
             assert p and list(p) == sorted(set(p)) and all(0 <= i < n for i in p)
@@ -116,6 +116,10 @@ def test_supcon_prefers_positives_together_and_same_sentence_negatives_apart():
     good = torch.nn.functional.normalize(torch.tensor([[1.0, 0], [1, 0.05], [0, 1], [0.05, 1]]), dim=-1)
     bad = good[[0, 2, 1, 3]]
     assert supcon(good, labels, 0.05) < supcon(bad, labels, 0.05)
+    # Restricted to its own group, a negative from another group no longer counts.
+    near = torch.nn.functional.normalize(torch.tensor([[1.0, 0], [0.6, 0.8], [1, 0.01], [0, 1]]), dim=-1)
+    labels = torch.tensor([0, 0, 1, 1])
+    assert supcon(near, labels, 0.1, groups=torch.tensor([0, 0, 1, 1])) < supcon(near, labels, 0.1)
     z = torch.nn.functional.normalize(torch.randn(6, 8), dim=-1).requires_grad_()
     supcon(z, torch.tensor([0, 0, 1, 1, 2, 2]), 0.1).backward()
     assert z.grad is not None and z.grad.abs().sum() > 0
@@ -130,7 +134,7 @@ def tiny_encoder(tiny, tiny_dir, tmp_path_factory):
     head = PropositionHead(2 * tiny.dim, 48, 16)
     config = {"backbone": str(tiny_dir), "dim": 2 * tiny.dim, "layers": [0, 2], "hidden": 48, "out_dim": 16}
     save_weights({f"head.{k}": v for k, v in head.state_dict().items()}, root / "head", config)
-    PairSegmenter(tiny, PairSegmenter.default_config()).save(root / "segmenter", {"backbone": str(tiny_dir)})
+    PairSegmenter(tiny, PairSegmenter.default_config(tiny.model.config.num_hidden_layers)).save(root / "segmenter", {"backbone": str(tiny_dir)})
     return PropositionEncoder(tiny, head=str(root / "head"), segmenter=str(root / "segmenter"))
 
 

@@ -15,7 +15,7 @@ def add_commands(sub) -> None:
     s.add_argument("--propsegment", type=Path, default=Path(PROPSEGMENT), help="PropSegment v1 folder (test split is read)")
     s.add_argument("--out", type=Path, default=WEIGHTS / "segmenter")
     s.add_argument("--backbone", help="default: the packaged all-MiniLM-L6-v2")
-    s.add_argument("--epochs", type=int, default=60)
+    s.add_argument("--epochs", type=int, default=40)
     s.add_argument("--lr", type=float, default=1e-3)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--device", default="auto")
@@ -30,8 +30,9 @@ def add_commands(sub) -> None:
     e.add_argument("--dim", type=int, default=64, help="output dimension")
     e.add_argument("--tau", type=float, default=0.05, help="SupCon temperature")
     e.add_argument("--layers", default="0,3,6", help="backbone layers pooled side by side (0 = embeddings; must end with the last)")
-    e.add_argument("--lora", type=int, default=0, help="LoRA rank on the backbone's attention (0: frozen backbone)")
-    e.add_argument("--epochs", type=int, default=30)
+    e.add_argument("--sibling-weight", type=float, default=1.0, help="weight of the own-sentence SupCon term")
+    e.add_argument("--lora", type=int, default=8, help="LoRA rank on the upper layers' attention (0: frozen backbone, head only)")
+    e.add_argument("--epochs", type=int, default=4)
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--device", default="auto")
     e.set_defaults(run=_proposition)
@@ -51,7 +52,7 @@ def _proposition(args) -> int:
         return None if str(path) in ("", ".") else path
 
     train_proposition(
-        args.propsegment, optional(args.sick), optional(args.stsb), args.out, backbone=args.backbone, out_dim=args.dim, tau=args.tau, layers=tuple(int(x) for x in args.layers.split(",")), lora=args.lora,
+        args.propsegment, optional(args.sick), optional(args.stsb), args.out, backbone=args.backbone, out_dim=args.dim, tau=args.tau, layers=tuple(int(x) for x in args.layers.split(",")), lora=args.lora, sibling_weight=args.sibling_weight,
         epochs=args.epochs, seed=args.seed, device=args.device,
     )
     return 0

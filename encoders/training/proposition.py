@@ -14,7 +14,7 @@ Training data (recorded in the weights' config):
       * propositions of other documents of the same cluster (versions of one
         article) that say the same thing are positives, mined with care:
         mutual nearest neighbours by the frozen backbone's similarity of
-        their texts, cosine >= 0.85 and content-word Jaccard >= 0.5.
+        their texts, cosine >= 0.8 and content-word Jaccard >= 0.4.
   - SICK pairs with entailment both ways; STS-B train pairs scored >= 4.
 A few test clusters are held out: their mined alignments pick the epoch
 (P@1 of a proposition in context retrieving its aligned proposition).
@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 
 from ..backbone import Backbone
 from ..base import hidden_states, span_pool
-from ..proposition import LORA_TARGETS, PropositionHead, adapt, save_weights
+from ..proposition import LORA_LAYERS, LORA_TARGETS, PropositionHead, adapt, save_weights
 from ..provenance import command_line, data_record, hardware, library_versions
 from ..segment import word_spans
 from .data import SegmentedSentence, propsegment_sentences, sick_pairs, stsb_pairs
@@ -43,6 +43,9 @@ from .segmenter import split_clusters
 
 log = logging.getLogger(__name__)
 
+# Alignment mining thresholds (cosine of the texts' frozen embeddings,
+# content-word Jaccard): high enough that a mined pair says the same thing.
+MINE_COS, MINE_JACCARD = 0.8, 0.4
 _STOP = frozenset("a an the of in on at to for by with and or is was are were be been has have had as from that this its it his her their which who".split())
 
 
@@ -86,8 +89,9 @@ class Examples:
     pairs: list[tuple[str, str]]
 
 
-def build_examples(bb: Backbone, sentences: list[SegmentedSentence], pairs: list[tuple[str, str]], layers: tuple[int, ...]) -> Examples:
-    props = [list(dict.fromkeys(list(s.propositions) + [p for r in s.other_responses for p in r])) for s in sentences]
+def build_examples(bb: Backbone, sentences: list[SegmentedSentence], pairs: list[tuple[str, str]], all_responses: bool = True) -> Examples:
+    """Every rater's propositions (all_responses) or the reference response's only."""
+    props = [list(dict.fromkeys(list(s.propositions) + ([p for r in s.other_responses for p in r] if all_responses else []))) for s in sentences]
     spans = [[word_spans(s.text, s.words, p) for p in ps] for s, ps in zip(sentences, props)]
     texts = [[" ".join(s.text[a:b] for a, b in g) for g in sp] for s, sp in zip(sentences, spans)]
     # Mining compares the propositions' texts by the frozen last layer (a sentence embedding).
@@ -155,7 +159,7 @@ class Features:
         return torch.stack(out)  # type: ignore[arg-type]
 
 
-def mine_alignments(sentences, props, texts, alone, min_cos: float = 0.85, min_jaccard: float = 0.5) -> dict:
+def mine_alignments(sentences, props, texts, alone, min_cos: float = MINE_COS, min_jaccard: float = MINE_JACCARD) -> dict:
     """Reference propositions of different documents of one cluster that say
     the same thing: mutual nearest neighbours, cosine and word overlap high."""
     by_doc: dict[str, list[tuple[int, int]]] = {}
@@ -186,15 +190,19 @@ def mine_alignments(sentences, props, texts, alone, min_cos: float = 0.85, min_j
     return aligned
 
 
-def supcon(z: torch.Tensor, labels: torch.Tensor, tau: float) -> torch.Tensor:
+def supcon(z: torch.Tensor, labels: torch.Tensor, tau: float, groups: torch.Tensor | None = None) -> torch.Tensor:
     """Supervised contrastive loss (Khosla et al.): each item's positives are
     the other items with its label; everything else in the batch, the other
-    propositions of its own sentence included, is a negative."""
+    propositions of its own sentence included, is a negative. With `groups`,
+    only items of the item's own group are negatives (the hard ones)."""
     logits = z @ z.T / tau
     self_mask = torch.eye(len(z), dtype=torch.bool, device=z.device)
-    logits = logits.masked_fill(self_mask, float("-inf"))
-    log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
     positive = (labels[:, None] == labels[None, :]) & ~self_mask
+    excluded = self_mask
+    if groups is not None:
+        excluded = excluded | ((groups[:, None] != groups[None, :]) & ~positive)
+    logits = logits.masked_fill(excluded, float("-inf"))
+    log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
     has = positive.any(1)
     per_item = -(log_prob.masked_fill(~positive, 0.0).sum(1)[has] / positive.sum(1)[has])
     return per_item.mean()
@@ -219,33 +227,37 @@ def heldout_p1(head: PropositionHead, feats: Features) -> float:
     return hits / len(ex.aligned)
 
 
-def batch_items(ex: Examples, sentences: list[int], pair_ids: list[int]) -> tuple[list[tuple], list[int]]:
-    """Item keys and SupCon labels of one batch: every proposition of the
-    batch's sentences in context and alone (one label), its aligned
-    propositions in context (the same label), and sentence pairs."""
+def batch_items(ex: Examples, sentences: list[int], pair_ids: list[int]) -> tuple[list[tuple], list[int], list[int]]:
+    """Item keys, SupCon labels and sentence groups of one batch: every
+    proposition of the batch's sentences in context and alone (one label),
+    its aligned propositions in context (the same label), and sentence pairs
+    (a group of their own)."""
     label_of: dict[tuple[int, int], int] = {}
     for i in sentences:
         for j in range(len(ex.spans[i])):
             lab = label_of.setdefault((i, j), len(label_of))
             for partner in ex.aligned.get((i, j), ()):
                 label_of.setdefault(partner, lab)
-    keys, labels = [], []
+    keys, labels, groups = [], [], []
     for (i, j), lab in label_of.items():
         keys.append(("ctx", i, j))
         labels.append(lab)
+        groups.append(i)
         if i in sentences:
             keys.append(("alone", i, j))
             labels.append(lab)
+            groups.append(i)
     for p in pair_ids:
         keys += [("pair", p, 0), ("pair", p, 1)]
         labels += [len(label_of) + p] * 2
-    return keys, labels
+        groups += [-1 - p] * 2
+    return keys, labels, groups
 
 
 def train_proposition(
     propsegment: Path, sick: Path | None, stsb: Path | None, out: Path, *, backbone: str | None = None,
     out_dim: int = 64, hidden: int = 768, tau: float = 0.05, layers: tuple[int, ...] = (0, 3, 6), lora: int = 0,
-    epochs: int = 30, batch_sentences: int = 32, lr: float = 1e-3, lora_lr: float = 3e-4, pairs_per_epoch: int = 2000,
+    epochs: int = 30, batch_sentences: int = 32, lr: float = 1e-3, lora_lr: float = 3e-4, pairs_per_epoch: int = 2000, sibling_weight: float = 1.0,
     val_clusters: int = 3, seed: int = 0, device: str = "auto",
 ) -> dict[str, Any]:
     started = time.time()
@@ -259,13 +271,17 @@ def train_proposition(
     train, val = split_clusters(sentences, val_clusters, seed)
     pairs = (sick_pairs(sick) if sick else []) + (stsb_pairs(stsb) if stsb else [])
     log.info("proposition head: %d train / %d held-out sentences, %d sentence pairs", len(train), len(val), len(pairs))
-    tr, va = build_examples(bb, train, pairs, layers), build_examples(bb, val, [], layers)
+    # With adapters every step runs the backbone: the reference propositions
+    # only, fewer sentence pairs, to keep a CPU epoch in minutes.
+    tr, va = build_examples(bb, train, pairs, all_responses=not lora), build_examples(bb, val, [], all_responses=not lora)
+    if lora:
+        pairs_per_epoch = min(pairs_per_epoch, 500)
     n_aligned = sum(map(len, tr.aligned.values())) // 2
     log.info("mined %d aligned proposition pairs (train), %d (held out)", n_aligned, sum(map(len, va.aligned.values())) // 2)
 
     model = bb.model
     if lora:
-        model = adapt(bb.model, lora)
+        model = adapt(bb.model, lora, LORA_LAYERS(n_layers))
     head = PropositionHead(bb.dim * len(layers), hidden, out_dim).to(bb.device)
     params = [{"params": head.parameters(), "lr": lr}]
     if lora:
@@ -283,10 +299,15 @@ def train_proposition(
         model.train(bool(lora))
         random.shuffle(order)
         pair_ids = random.sample(range(len(pairs)), min(pairs_per_epoch, len(pairs)))
-        for step in range(steps):
-            keys, labels = batch_items(tr, order[step * batch_sentences : (step + 1) * batch_sentences],
-                                       pair_ids[step * per_step : (step + 1) * per_step])
-            loss = supcon(head(train_feats(keys)), torch.tensor(labels, device=bb.device), tau)
+        for step in tqdm(range(steps), desc=f"epoch {epoch + 1}", leave=False):
+            keys, labels, groups = batch_items(tr, order[step * batch_sentences : (step + 1) * batch_sentences],
+                                               pair_ids[step * per_step : (step + 1) * per_step])
+            z = head(train_feats(keys))
+            labels_t = torch.tensor(labels, device=bb.device)
+            # The batch-wide loss, plus the same loss against the item's own
+            # sentence only: sibling propositions share its context and are
+            # what a query in context confuses itself with most.
+            loss = supcon(z, labels_t, tau) + sibling_weight * supcon(z, labels_t, tau, torch.tensor(groups, device=bb.device))
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -305,6 +326,7 @@ def train_proposition(
         "train_sentences": len(train),
         "train_propositions": sum(map(len, tr.spans)),
         "aligned_pairs": n_aligned,
+        "mining": {"mutual_nearest": True, "min_cosine": MINE_COS, "min_content_jaccard": MINE_JACCARD},
         "heldout_clusters": sorted({s.cluster for s in val}),
         "sentence_pairs": len(pairs),
     }
@@ -314,10 +336,10 @@ def train_proposition(
         data["stsb"] = data_record(stsb)
     config = {
         "backbone": bb.name, "dim": bb.dim * len(layers), "layers": list(layers), "hidden": hidden, "out_dim": out_dim,
-        "lora": {"r": lora, "alpha": 2 * lora, "target_modules": LORA_TARGETS} if lora else None,
+        "lora": {"r": lora, "alpha": 2 * lora, "target_modules": LORA_TARGETS, "layers": LORA_LAYERS(n_layers)} if lora else None,
         "pooling": "mask mean of the concatenated layers",
         "command": command_line(), "data": data,
-        "training": {"loss": "SupCon", "tau": tau, "epochs": epochs, "best_epoch": best[1], "lr": lr, "lora_lr": lora_lr if lora else None,
+        "training": {"loss": "SupCon (batch) + sibling_weight * SupCon (own sentence)", "sibling_weight": sibling_weight, "tau": tau, "epochs": epochs, "best_epoch": best[1], "lr": lr, "lora_lr": lora_lr if lora else None,
                      "batch_sentences": batch_sentences, "pairs_per_epoch": pairs_per_epoch, "seed": seed},
         "heldout_p1": round(best[0], 4),
         "hardware": hardware(), "train_seconds": round(time.time() - started, 1), "versions": library_versions(),

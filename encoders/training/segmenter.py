@@ -47,18 +47,19 @@ def train_segmenter(
 
     from ..segment import word_states
 
+    config = PairSegmenter.default_config(bb.model.config.num_hidden_layers)
+
     def states_of(items: list[SegmentedSentence]) -> list[torch.Tensor]:
         out_states = []
         with torch.inference_mode():
             for i in tqdm(range(0, len(items), 32), desc="word states", leave=False):
-                st, _ = word_states(bb, [s.text for s in items[i : i + 32]], PairSegmenter.MAX_WORDS)
+                st, _ = word_states(bb, [s.text for s in items[i : i + 32]], PairSegmenter.MAX_WORDS, config["backbone_layers"])
                 out_states.extend(x.cpu().clone() for x in st)
         return out_states
 
     train_x, val_x = states_of(train), states_of(val)
     # Long sentences are windows of MAX_WORDS at inference; train on the same.
-    config = PairSegmenter.default_config()
-    head = _pair_head(bb.dim, config["hidden"], config["layers"], config["heads"], dropout=0.1).to(bb.device)
+    head = _pair_head(bb.dim * len(config["backbone_layers"]), config["hidden"], config["layers"], config["heads"], dropout=0.1).to(bb.device)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.01)
     # Every rater's segmentation is a training example (3 per sentence); the
     # reference one alone is the gold for held-out scoring.
@@ -79,7 +80,7 @@ def train_segmenter(
         for b in range(0, len(order), batch_size):
             idx = [e for e in order[b : b + batch_size] if len(train[examples[e][0]].words)]
             n = min(max(len(train[examples[e][0]].words) for e in idx), PairSegmenter.MAX_WORDS)
-            x = torch.zeros(len(idx), n, bb.dim)
+            x = torch.zeros(len(idx), n, train_x[0].shape[-1])
             y_anchor = torch.zeros(len(idx), n)
             y_member = torch.zeros(len(idx), n, n)
             mask = torch.zeros(len(idx), n, dtype=torch.bool)
