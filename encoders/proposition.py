@@ -1,8 +1,8 @@
 """`proposition`: one small vector per proposition (the sub-sentence encoder).
 
 Each sentence is encoded once, alone, with full attention. The trained
-segmenter reads its propositions off the same token states (its backbone is
-the same frozen one), and each proposition's vector is the mean of the token
+segmenter (on the frozen backbone, in batches before encoding) finds its
+propositions, and each proposition's vector is the mean of the token
 states under its mask, through an MLP (Linear, ReLU, Linear) to 64 dims,
 L2-normalised. A document that names its propositions itself (`focus`, as
 PropSegment's corpus does) is encoded under that mask and not re-segmented.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ from torch import nn
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, cut_passages, span_pool
 from .provenance import sha256_file
-from .segment import PairSegmenter, Segmenter, word_spans, word_states, words
+from .segment import PairSegmenter, Segmenter, word_spans, words
 from .units import Document, Encoded, Kind, Passage, Span
 
 WEIGHTS = Path(__file__).resolve().parent / "weights"
@@ -128,6 +129,7 @@ class PropositionEncoder(Encoder):
         self.layers = tuple(self.head_config.get("layers", (-1,)))
         self.query_segments = query_segments
         self._segmenter: Segmenter | None = None
+        self._segments: dict[str, list] = {}
 
     @property
     def dim(self) -> int:
@@ -145,6 +147,16 @@ class PropositionEncoder(Encoder):
             self._segmenter = PairSegmenter.load(self.segmenter_path, backbone=self.backbone)
         return self._segmenter  # type: ignore[return-value]
 
+    def encode(self, passages: Sequence[Passage], *, query: bool = False, progress: bool = False) -> list[Encoded]:
+        # Segment the passages that need it up front, in batches: the
+        # segmenter reads the frozen backbone, the encoder its adapted copy.
+        need = [p.text for p in passages if not p.doc.focus and (self.query_segments or not query)]
+        self._segments = dict(zip(need, self.segmenter.segment(need, progress=progress))) if need else {}
+        try:
+            return super().encode(passages, query=query, progress=progress)
+        finally:
+            self._segments = {}
+
     def passages(self, doc: Document) -> list[Passage]:
         """One sentence per passage: a sentence is encoded alone, as it was in training."""
         return cut_passages(doc, self.backbone, window=self.backbone.max_length - 2, pack=False)
@@ -161,13 +173,10 @@ class PropositionEncoder(Encoder):
             return []
         if query and not self.query_segments:
             return [((int(offsets[0, 0]), int(offsets[-1, 1])),)]
-        with torch.inference_mode():
-            seg = self.segmenter
-            if self.adapted or seg.layers != self.layers:  # the segmenter reads other states: one more forward
-                wstates = word_states(self.backbone, [text], PairSegmenter.MAX_WORDS, seg.layers)[0][0]
-            else:  # the same forward
-                wstates = span_pool(tokens.states, tokens.offsets, ~tokens.special, [[(int(a), int(b))] for a, b in offsets])
-            props = seg.decode(wstates.to(self.backbone.device), text, offsets)
+        props = self._segments.get(text)
+        if props is None:
+            props = self.segmenter.segment([text])[0]
+        props = list(props)
         # Words no proposition covers are not lost: they form one more.
         covered = {i for p in props for i in p}
         rest = [i for i in range(len(offsets)) if i not in covered and any(ch.isalnum() for ch in text[offsets[i, 0]:offsets[i, 1]])]

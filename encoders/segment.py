@@ -248,12 +248,13 @@ class PairSegmenter:
         (path / "config.json").write_text(json.dumps({**self.config, **(extra or {})}, indent=1))
 
     # -- inference -----------------------------------------------------------
-    def segment(self, texts: Sequence[str]) -> list[list[Proposition]]:
+    def segment(self, texts: Sequence[str], progress: bool = False) -> list[list[Proposition]]:
         import torch
+        from tqdm.auto import tqdm
 
         out: list[list[Proposition]] = []
         batch = 32
-        for start in range(0, len(texts), batch):
+        for start in tqdm(range(0, len(texts), batch), desc="segment", unit="batch", disable=not progress, leave=False):
             chunk = list(texts[start : start + batch])
             with torch.inference_mode():
                 states, offsets = word_states(self.backbone, chunk, self.MAX_WORDS, self.layers)
