@@ -174,6 +174,33 @@ def score(task: Task, level: str, outcome: Outcome) -> dict[str, float]:
     return metrics.hotpotqa_metrics(r, gold)
 
 
+def top1_breakdown(task: Task, outcome: Outcome) -> dict[str, int]:
+    """PropSegment: where each query's top proposition comes from - a gold
+    premise, a sibling in the query's own sentence, elsewhere in the query's
+    document, a gold premise's sentence or document, or another document."""
+    counts = dict.fromkeys(("gold", "query_sentence", "query_document", "gold_sentence", "gold_document", "other"), 0)
+    for q in task.queries:
+        ranking = metrics.remove_ids(outcome.rankings[q.id], task.exclude.get(q.id))
+        if not ranking:
+            continue
+        top, gold = ranking[0], task.gold_docs[q.id]
+        q_sentence, t_sentence = task.sentence_of(q.id), task.sentence_of(top)
+        gold_sentences = {task.sentence_of(g) for g in gold}
+        if top in gold:
+            counts["gold"] += 1
+        elif t_sentence == q_sentence:
+            counts["query_sentence"] += 1
+        elif t_sentence[0] == q_sentence[0]:
+            counts["query_document"] += 1
+        elif t_sentence in gold_sentences:
+            counts["gold_sentence"] += 1
+        elif t_sentence[0] in {s[0] for s in gold_sentences}:
+            counts["gold_document"] += 1
+        else:
+            counts["other"] += 1
+    return counts
+
+
 def evaluate(
     task_name: str, path: str, systems: Sequence[str], *, level: str | None = None, limit: int | None = None,
     work: Path = Path("runs/index"), device: str = "auto", command: str = "",
@@ -197,6 +224,8 @@ def evaluate(
             backbone = backbone or Backbone.load(device=device)
             outcome = run_encoder(task, system, level, depth, work, backbone)
         lat = np.array(outcome.latencies_ms)
+        if task.prop_text and level == "unit":
+            outcome.stats["top1"] = top1_breakdown(task, outcome)
         result["systems"][spec] = {
             "metrics": score(task, level, outcome),
             **outcome.stats,
