@@ -42,6 +42,7 @@ DEFAULT_LEVEL = {"hotpotqa": "doc", "beir": "doc", "propsegment": "unit"}
 # PropSegment: sentence/document rankings de-duplicate a proposition ranking
 # at least 5x deeper than the deepest cut-off (R@20).
 PROPSEGMENT_DEPTH = 100
+SEARCH_OPTIONS = ("nprobe",)
 
 
 @dataclass
@@ -118,7 +119,9 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     encoder = load_encoder(system.name, backbone=backbone, **options)
     corpus = corpus_for(task, system)
     key = hashlib.sha256("\n".join(f"{d.id}\t{d.text}\t{d.focus}" for d in corpus).encode()).hexdigest()[:12]
-    out = work / f"{_slug(task.name.split('[')[0])}-{key}" / _slug(system.label)
+    # Search-time options (nprobe) do not change the index: reuse it.
+    index_label = ":".join([system.name, *(f"{k}={v}" for k, v in system.options.items() if k not in SEARCH_OPTIONS)])
+    out = work / f"{_slug(task.name.split('[')[0])}-{key}" / _slug(index_label)
     writer = IndexWriter(
         out, encoder, shard_docs=10_000, factory=system.options.get("factory"),
         backend=system.options.get("backend", "faiss"), inputs={"task": task.name, "corpus_sha256": key},
