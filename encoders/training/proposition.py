@@ -1,9 +1,12 @@
-"""`propdex train proposition`: the sub-sentence encoder's head.
+"""`propdex train proposition`: the sub-sentence encoder's head and adapters.
 
-The backbone stays frozen, so every input is pooled once up front and only
-the MLP (Linear, ReLU, Linear -> 64) trains, with supervised contrastive loss
-(SupCon) in which the other propositions of the same sentence are in the
-batch as negatives.
+The MLP (Linear, ReLU, Linear -> 64) trains with LoRA adapters on the
+backbone's upper layers (`--lora R`, default 8; `--lora 0` freezes the
+backbone, and then every input is pooled once up front), under supervised
+contrastive loss (SupCon) in which the other propositions of the same
+sentence are in the batch as negatives, plus the same loss against the
+item's own sentence alone. Every rater's propositions are used with a frozen
+backbone; the reference response's only with adapters (CPU time).
 
 Training data (recorded in the weights' config):
   - PropSegment *test* split, Wikipedia clusters (never dev, whose relations
