@@ -6,6 +6,7 @@ by readers and eval) do not pay for importing torch and transformers.
 from __future__ import annotations
 
 from importlib import import_module
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .units import Document, Encoded, Kind, Passage, Unit
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
     from .base import Encoder
 
 DEFAULT_BACKBONE = "sentence-transformers/all-MiniLM-L6-v2"
+# Trained heads shipped with the package: weights/<name>/{model.safetensors,config.json}.
+WEIGHTS = Path(__file__).resolve().parent / "weights"
 # name -> "module:Class"; a new encoder is one line here.
 _REGISTRY = {
     "single": "single:SingleEncoder",
@@ -67,6 +70,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "DEFAULT_BACKBONE", "ENCODERS", "Backbone", "Document", "Encoded", "Encoder", "Kind",
+    "DEFAULT_BACKBONE", "ENCODERS", "WEIGHTS", "Backbone", "Document", "Encoded", "Encoder", "Kind",
     "Passage", "Unit", "encoder_class", "encoder_from_config", "load_encoder",
 ]

@@ -23,13 +23,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import WEIGHTS
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, cut_passages, span_pool
 from .provenance import sha256_file
 from .segment import PairSegmenter, Segmenter, word_spans, words
+from .text import is_wordlike
 from .units import Document, Encoded, Kind, Passage, Span
 
-WEIGHTS = Path(__file__).resolve().parent / "weights"
 
 
 class PropositionHead(nn.Module):
@@ -66,22 +67,6 @@ def adapt(model: nn.Module, r: int, layers: list[int]) -> nn.Module:
 
     config = LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.1, target_modules=LORA_TARGETS, layers_to_transform=layers)
     return get_peft_model(copy.deepcopy(model), config)
-
-
-def save_weights(state: dict[str, torch.Tensor], path: str | Path, config: dict[str, Any]) -> None:
-    """`head.*` and `lora.*` tensors in one safetensors file, config beside it."""
-    from safetensors.torch import save_file
-
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"))
-    (tmp / "config.json").write_text(json.dumps(config, indent=1))
-    if path.exists():
-        import shutil
-
-        shutil.rmtree(path)
-    tmp.rename(path)
 
 
 def load_weights(path: str | Path, model: nn.Module) -> tuple[PropositionHead, nn.Module, dict[str, Any]]:
@@ -179,7 +164,7 @@ class PropositionEncoder(Encoder):
         props = list(props)
         # Words no proposition covers are not lost: they form one more.
         covered = {i for p in props for i in p}
-        rest = [i for i in range(len(offsets)) if i not in covered and any(ch.isalnum() for ch in text[offsets[i, 0]:offsets[i, 1]])]
+        rest = [i for i in range(len(offsets)) if i not in covered and is_wordlike(text[offsets[i, 0] : offsets[i, 1]])]
         if rest:
             props.append(tuple(rest))
         return [word_spans(text, offsets, p) for p in props]

@@ -1,14 +1,19 @@
-"""Provenance: what an index manifest and a trained head record about their making."""
+"""Provenance: what an index manifest and a trained head record about their
+making, and how a trained head's directory is written."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import shlex
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
 def sha256_file(path: str | Path) -> str:
@@ -43,3 +48,21 @@ def command_line() -> str:
 
 def data_record(path: str | Path) -> dict[str, Any]:
     return {"path": str(path), "sha256": sha256_file(path)}
+
+
+def save_weights(state: dict[str, "torch.Tensor"], path: str | Path, config: dict[str, Any]) -> None:
+    """A trained head's directory: its tensors in `model.safetensors`, its
+    config (with the provenance above) in `config.json`; written aside and
+    renamed into place, so a crash never leaves half a directory."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"))
+    (tmp / "config.json").write_text(json.dumps(config, indent=1))
+    if path.exists():
+        shutil.rmtree(path)
+    tmp.rename(path)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from .text import is_wordlike
 from .units import Span
 
 if TYPE_CHECKING:
@@ -56,8 +57,9 @@ def word_spans(text: str, word_offsets: np.ndarray, indices: Sequence[int]) -> t
     return tuple((s, e) for s, e in spans)
 
 
-def is_wordlike(token: str) -> bool:
-    return any(ch.isalnum() for ch in token)
+def spans_text(text: str, spans: Sequence[Span]) -> str:
+    """The spans' substrings joined by a space: a proposition's own text."""
+    return " ".join(text[s:e] for s, e in spans)
 
 
 class Segmenter(Protocol):
@@ -205,7 +207,6 @@ class PairSegmenter:
     """
 
     name = "pairs"
-    WEIGHTS = "model.safetensors"
     MAX_WORDS = 160  # words per backbone window; longer texts are cut in windows
 
     def __init__(self, backbone: "Backbone", config: dict[str, Any], head: "torch.nn.Module | None" = None) -> None:
@@ -234,18 +235,15 @@ class PairSegmenter:
         config = json.loads((path / "config.json").read_text())
         backbone = backbone or Backbone.load(config["backbone"], device=device)
         seg = cls(backbone, config)
-        seg.head.load_state_dict(load_file(str(path / cls.WEIGHTS)))
+        seg.head.load_state_dict(load_file(str(path / "model.safetensors")))
         seg.head.to(backbone.device).eval()
         return seg
 
     def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
-        from safetensors.torch import save_file
+        from .provenance import save_weights
 
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}
-        save_file(state, str(path / self.WEIGHTS))
-        (path / "config.json").write_text(json.dumps({**self.config, **(extra or {})}, indent=1))
+        state = {k: v.detach().cpu() for k, v in self.head.state_dict().items()}
+        save_weights(state, path, {**self.config, **(extra or {})})
 
     # -- inference -----------------------------------------------------------
     def segment(self, texts: Sequence[str], progress: bool = False) -> list[list[Proposition]]:

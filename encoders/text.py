@@ -13,6 +13,11 @@ import re
 
 Span = tuple[int, int]
 
+
+def is_wordlike(token: str) -> bool:
+    """Has a letter or digit (not punctuation or symbols only)."""
+    return any(ch.isalnum() for ch in token)
+
 # Everything `str.splitlines` treats as a line break. Wikipedia-derived text
 # puts headings, list items and paragraphs on their own lines, and a line never
 # continues a sentence across them.

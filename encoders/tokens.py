@@ -7,6 +7,7 @@ import numpy as np
 
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, focus_mask, l2_normalize
+from .text import is_wordlike
 from .units import Encoded, Kind, Passage
 
 
@@ -23,7 +24,7 @@ class TokensEncoder(Encoder):
         # only [UNK] needs the text it stands for.
         tokenizer = backbone.tokenizer
         vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-        self._wordlike = np.array([any(ch.isalnum() for ch in t) for t in vocab], dtype=bool)
+        self._wordlike = np.array([is_wordlike(t) for t in vocab], dtype=bool)
         self._unk = tokenizer.unk_token_id
 
     def options(self) -> dict[str, Any]:
@@ -37,7 +38,7 @@ class TokensEncoder(Encoder):
             wordlike = self._wordlike[tokens.ids]
             for i in np.flatnonzero(tokens.ids == self._unk):
                 a, b = char_spans[i]
-                wordlike[i] = any(ch.isalnum() for ch in doc.text[a:b])
+                wordlike[i] = is_wordlike(doc.text[a:b])
             words = keep & wordlike
             # A query of punctuation alone ("?!") still deserves vectors.
             keep = words if words.any() or not query else keep

@@ -26,6 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from encoders.segment import spans_text, word_spans
+from encoders.training.data import WIKI
 from encoders.units import Document, Span
 from indexer.manifest import sha256_file
 
@@ -198,7 +202,6 @@ def load_beir(folder: str | Path, split: str = "test", limit: int | None = None)
 # PropSegment
 
 ENTAILS = "RELATIONSHIP_ENTAILS"
-WIKI = "SOURCE_WIKI_CLUSTERS"
 
 
 def prop_id(document_id: str, sentence_index: int, token_indices) -> str:
@@ -212,23 +215,12 @@ def token_spans(sentence: dict, token_indices) -> tuple[Span, ...]:
     Token i covers [offset, offset + len(text)) of `sentence_text`. Tokens
     that are not neighbours in the sentence (text in between) stay separate.
     """
-    text = sentence["sentence_text"]
-    tokens = sentence["tokens"]
-    spans: list[list[int]] = []
-    for i in sorted(set(token_indices)):
-        tok = tokens[i]
-        start = tok["character_offset_of_token_in_sentence"]
-        end = start + len(tok["text"])
-        if spans and not text[spans[-1][1] : start].strip():
-            spans[-1][1] = end
-        else:
-            spans.append([start, end])
-    return tuple((s, e) for s, e in spans)
-
-
-def spans_text(text: str, spans) -> str:
-    """The spans' substrings joined by a space."""
-    return " ".join(text[s:e] for s, e in spans)
+    offsets = np.array(
+        [(t["character_offset_of_token_in_sentence"], t["character_offset_of_token_in_sentence"] + len(t["text"]))
+         for t in sentence["tokens"]],
+        dtype=np.int64,
+    ).reshape(-1, 2)
+    return word_spans(sentence["sentence_text"], offsets, token_indices)
 
 
 def load_propsegment(folder: str | Path, limit: int | None = None) -> Task:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from encoders import WEIGHTS
 from encoders.segment import ClauseSplitter, PairSegmenter, Segmenter, segmentation_prf
 from encoders.training.data import propsegment_sentences
 
@@ -22,8 +23,6 @@ def load_segmenter(spec: str, device: str = "auto") -> Segmenter:
     if name == "clause":
         return ClauseSplitter()
     if name == "pairs":
-        from encoders.proposition import WEIGHTS
-
         return PairSegmenter.load(path or WEIGHTS / "segmenter", device=device)
     raise ValueError(f"unknown segmenter {spec!r}; choose from clause, pairs, pairs:PATH")
 

@@ -127,7 +127,8 @@ def test_supcon_prefers_positives_together_and_same_sentence_negatives_apart():
 
 @pytest.fixture(scope="module")
 def tiny_encoder(tiny, tiny_dir, tmp_path_factory):
-    from encoders.proposition import PropositionEncoder, PropositionHead, save_weights
+    from encoders.proposition import PropositionEncoder, PropositionHead
+    from encoders.provenance import save_weights
 
     torch.manual_seed(0)
     root = tmp_path_factory.mktemp("proposition")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-WEIGHTS = Path(__file__).resolve().parents[1] / "weights"
+from .. import WEIGHTS
+
 PROPSEGMENT = "../shared/data/propsegment/v1"
 
 

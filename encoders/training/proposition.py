@@ -37,9 +37,9 @@ from tqdm.auto import tqdm
 
 from ..backbone import Backbone
 from ..base import hidden_states, span_pool
-from ..proposition import LORA_LAYERS, LORA_TARGETS, PropositionHead, adapt, save_weights
-from ..provenance import command_line, data_record, hardware, library_versions
-from ..segment import word_spans
+from ..proposition import LORA_LAYERS, LORA_TARGETS, PropositionHead, adapt
+from ..provenance import command_line, data_record, hardware, library_versions, save_weights
+from ..segment import spans_text, word_spans
 from .data import SegmentedSentence, propsegment_sentences, sick_pairs, stsb_pairs
 from .segmenter import split_clusters
 
@@ -51,21 +51,25 @@ MINE_COS, MINE_JACCARD = 0.8, 0.4
 _STOP = frozenset("a an the of in on at to for by with and or is was are were be been has have had as from that this its it his her their which who".split())
 
 
-@torch.inference_mode()
-def pooled(bb: Backbone, texts: list[str], groups: list[list[list[tuple[int, int]]]], layers: tuple[int, ...], batch: int = 64) -> list[torch.Tensor]:
-    """Per text, the mean token state under each of its span groups (frozen backbone)."""
+def pooled(
+    bb: Backbone, texts: list[str], groups: list[list[list[tuple[int, int]]]], layers: tuple[int, ...],
+    model: torch.nn.Module | None = None, batch: int = 64, progress: bool = False,
+) -> list[torch.Tensor]:
+    """Per text, the mean token state under each of its span groups, from
+    `model` (default: the frozen backbone). Gradients flow unless the caller
+    runs it under `torch.inference_mode()`."""
     out: list[torch.Tensor | None] = [None] * len(texts)
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    for s in tqdm(range(0, len(order), batch), desc="pool", leave=False):
+    for s in tqdm(range(0, len(order), batch), desc="pool", leave=False, disable=not progress):
         idx = order[s : s + batch]
         enc = bb.tokenizer([texts[i] for i in idx], padding=True, truncation=True, max_length=bb.max_length,
                            return_offsets_mapping=True, return_special_tokens_mask=True, return_tensors="pt")
         offsets = enc.pop("offset_mapping").numpy()
         special = enc.pop("special_tokens_mask").numpy().astype(bool)
         real = ~special & (enc["attention_mask"].numpy() > 0)
-        hidden = hidden_states(bb, enc, layers).float()
+        hidden = hidden_states(bb, enc, layers, model).float()
         for r, i in enumerate(idx):
-            out[i] = span_pool(hidden[r], offsets[r], real[r], groups[i]).cpu()
+            out[i] = span_pool(hidden[r], offsets[r], real[r], groups[i])
     return out  # type: ignore[return-value]
 
 
@@ -95,10 +99,11 @@ def build_examples(bb: Backbone, sentences: list[SegmentedSentence], pairs: list
     """Every rater's propositions (all_responses) or the reference response's only."""
     props = [list(dict.fromkeys(list(s.propositions) + ([p for r in s.other_responses for p in r] if all_responses else []))) for s in sentences]
     spans = [[word_spans(s.text, s.words, p) for p in ps] for s, ps in zip(sentences, props)]
-    texts = [[" ".join(s.text[a:b] for a, b in g) for g in sp] for s, sp in zip(sentences, spans)]
+    texts = [[spans_text(s.text, g) for g in sp] for s, sp in zip(sentences, spans)]
     # Mining compares the propositions' texts by the frozen last layer (a sentence embedding).
     flat = [t for ts in texts for t in ts]
-    alone_flat = pooled(bb, flat, [whole(t) for t in flat], (-1,))
+    with torch.inference_mode():
+        alone_flat = [v.cpu() for v in pooled(bb, flat, [whole(t) for t in flat], (-1,), progress=True)]
     alone, k = [], 0
     for ts in texts:
         alone.append(torch.cat(alone_flat[k : k + len(ts)]) if ts else torch.zeros(0, bb.dim))
@@ -146,18 +151,11 @@ class Features:
             groups.setdefault(text, []).append(group)
             jobs.setdefault(text, []).append((row, len(groups[text]) - 1))
         texts = list(groups)
+        vecs = pooled(self.bb, texts, [groups[t] for t in texts], self.layers, self.model)
         out: list[torch.Tensor | None] = [None] * len(keys)
-        for b in range(0, len(texts), 64):
-            batch = texts[b : b + 64]
-            enc = self.bb.tokenizer(batch, padding=True, truncation=True, max_length=self.bb.max_length,
-                                    return_offsets_mapping=True, return_special_tokens_mask=True, return_tensors="pt")
-            offsets = enc.pop("offset_mapping").numpy()
-            real = ~enc.pop("special_tokens_mask").numpy().astype(bool) & (enc["attention_mask"].numpy() > 0)
-            hidden = hidden_states(self.bb, enc, self.layers, model=self.model).float()
-            for r, text in enumerate(batch):
-                vecs = span_pool(hidden[r], offsets[r], real[r], groups[text])
-                for row, g in jobs[text]:
-                    out[row] = vecs[g]
+        for text, v in zip(texts, vecs):
+            for row, g in jobs[text]:
+                out[row] = v[g]
         return torch.stack(out)  # type: ignore[arg-type]
 
 

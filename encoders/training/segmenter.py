@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from ..backbone import Backbone
 from ..provenance import command_line, data_record, hardware, library_versions
-from ..segment import PairSegmenter, _pair_head, anchor_targets, clause_ids, segmentation_prf
+from ..segment import PairSegmenter, _pair_head, anchor_targets, clause_ids, segmentation_prf, word_states
 from .data import SegmentedSentence, propsegment_sentences
 
 log = logging.getLogger(__name__)
@@ -43,8 +43,6 @@ def train_segmenter(
     sentences = propsegment_sentences(data, "test")
     train, val = split_clusters(sentences, val_clusters, seed)
     log.info("segmenter: %d train / %d held-out sentences (test split)", len(train), len(val))
-
-    from ..segment import word_states
 
     config = PairSegmenter.default_config(bb.model.config.num_hidden_layers)
 
