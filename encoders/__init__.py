@@ -23,6 +23,7 @@ _REGISTRY = {
     "single": "single:SingleEncoder",
     "tokens": "tokens:TokensEncoder",
     "proposition": "proposition:PropositionEncoder",
+    "nugget": "nugget:NuggetEncoder",
 }
 ENCODERS = tuple(_REGISTRY)
 

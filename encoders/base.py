@@ -29,6 +29,7 @@ class TokenStates:
     offsets: np.ndarray  # (n, 2) char offsets into the passage text; (0, 0) for specials
     special: np.ndarray  # (n,) bool
     ids: np.ndarray  # (n,) token ids
+    selected: np.ndarray | None = None  # (n,) bool: tokens the encoder's model chose (nugget)
 
 
 class Encoder(ABC):
@@ -97,7 +98,7 @@ class Encoder(ABC):
             texts,
             padding=True,
             truncation=True,
-            max_length=bb.max_length,
+            max_length=self.max_length,
             return_offsets_mapping=True,
             return_special_tokens_mask=True,
             return_tensors="pt",
@@ -106,13 +107,28 @@ class Encoder(ABC):
         special = enc.pop("special_tokens_mask").numpy().astype(bool)
         ids = enc["input_ids"].numpy()
         mask = enc["attention_mask"]
-        hidden = hidden_states(bb, enc, self.layers, self.model).float().cpu()
+        hidden, selected = self.run(enc)
+        hidden = hidden.float().cpu()
+        chosen = selected.cpu().numpy() if selected is not None else None
         lengths = mask.sum(1).tolist()
-        return [TokenStates(hidden[i, :n], offsets[i, :n], special[i, :n], ids[i, :n]) for i, n in enumerate(lengths)]
+        return [
+            TokenStates(hidden[i, :n], offsets[i, :n], special[i, :n], ids[i, :n], None if chosen is None else chosen[i, :n])
+            for i, n in enumerate(lengths)
+        ]
+
+    @property
+    def max_length(self) -> int:
+        """Tokens per passage, specials included."""
+        return self.backbone.max_length
+
+    def run(self, enc: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(batch, length, dim) states of a tokenized batch and, for encoders
+        that choose tokens, a (batch, length) bool mask of the choice."""
+        return hidden_states(self.backbone, enc, self.layers, self.model), None
 
     def passages(self, doc: Document) -> list[Passage]:
         """Cut a document into windows that fit the model, on sentence boundaries."""
-        return cut_passages(doc, self.backbone, window=self.backbone.max_length - _n_specials(self.backbone))
+        return cut_passages(doc, self.backbone, window=self.max_length - _n_specials(self.backbone))
 
 
 def hidden_states(backbone: Backbone, enc: Any, layers: Sequence[int] | None = None, model: torch.nn.Module | None = None) -> torch.Tensor:

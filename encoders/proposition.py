@@ -24,13 +24,13 @@ import torch
 from torch import nn
 
 from . import WEIGHTS
+from .adapters import merged
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, cut_passages, span_pool
 from .provenance import sha256_file
 from .segment import PairSegmenter, Segmenter, word_spans, words
 from .text import is_wordlike
 from .units import Document, Encoded, Kind, Passage, Span
-
 
 
 class PropositionHead(nn.Module):
@@ -49,26 +49,6 @@ class PropositionHead(nn.Module):
         return nn.functional.normalize(self.mlp(pooled), dim=-1)
 
 
-# BERT-style attention projections of the upper half of the layers: what
-# LoRA adapts (the lower half stays as is, which also halves the backward pass).
-LORA_TARGETS = ["query", "key", "value"]
-
-
-def LORA_LAYERS(n_layers: int) -> list[int]:
-    return list(range(n_layers // 2, n_layers))
-
-
-def adapt(model: nn.Module, r: int, layers: list[int]) -> nn.Module:
-    """A copy of `model` with LoRA adapters of rank r on `layers` (the original
-    stays untouched: other encoders and the segmenter share it)."""
-    import copy
-
-    from peft import LoraConfig, get_peft_model
-
-    config = LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.1, target_modules=LORA_TARGETS, layers_to_transform=layers)
-    return get_peft_model(copy.deepcopy(model), config)
-
-
 def load_weights(path: str | Path, model: nn.Module) -> tuple[PropositionHead, nn.Module, dict[str, Any]]:
     """The head, the backbone model to use (adapted and merged when the
     weights carry LoRA adapters, else `model` itself), and the config."""
@@ -82,11 +62,7 @@ def load_weights(path: str | Path, model: nn.Module) -> tuple[PropositionHead, n
     head = PropositionHead(config["dim"], config["hidden"], config["out_dim"])
     head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
     if config.get("lora"):
-        adapted = adapt(model, config["lora"]["r"], config["lora"]["layers"])
-        missing = adapted.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("lora.")}, strict=False)
-        if missing.unexpected_keys:
-            raise ValueError(f"{path}: adapter weights do not fit the backbone ({missing.unexpected_keys[:3]}...)")
-        model = adapted.merge_and_unload()
+        model = merged(model, config["lora"], {k[5:]: v for k, v in state.items() if k.startswith("lora.")}, path)
     return head.eval(), model.eval(), config
 
 

@@ -1,9 +1,10 @@
-"""`propdex train segmenter|proposition`."""
+"""`propdex train segmenter|proposition|nugget|docsplit`."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from .. import WEIGHTS
+from .data import WIKI_EXTRACTED
 
 PROPSEGMENT = "../shared/data/propsegment/v1"
 
@@ -38,6 +39,23 @@ def add_commands(sub) -> None:
     e.add_argument("--device", default="auto")
     e.set_defaults(run=_proposition)
 
+    n = tsub.add_parser("nugget", help="nugget scorer, feedback, W^V and adapters by autoencoding Wikipedia")
+    n.add_argument("--wiki", type=Path, default=Path(WIKI_EXTRACTED), help="WikiExtractor folder (wiki_00..69 train, 70..99 held out)")
+    n.add_argument("--out", type=Path, default=WEIGHTS / "nugget-ae")
+    n.add_argument("--backbone", help="default: the packaged all-MiniLM-L6-v2")
+    n.add_argument("--layer", type=int, default=3, help="scorer reads the states after this layer; layers below stay frozen")
+    n.add_argument("--ratios", default="0.05,0.1,0.25", help="compression ratios r, one per step in turn")
+    n.add_argument("--ratio", type=float, default=0.25, help="the default r recorded for indexing")
+    n.add_argument("--lora", type=int, default=8, help="LoRA rank on the layers above --layer")
+    n.add_argument("--decoder-layers", type=int, default=2)
+    n.add_argument("--steps", type=int, default=700)
+    n.add_argument("--batch", type=int, default=16)
+    n.add_argument("--lr", type=float, default=5e-4)
+    n.add_argument("--negatives", type=int, default=2048, help="sampled-softmax negatives (0: full vocabulary)")
+    n.add_argument("--seed", type=int, default=0)
+    n.add_argument("--device", default="auto")
+    n.set_defaults(run=_nugget)
+
 
 def _segmenter(args) -> int:
     from .segmenter import train_segmenter
@@ -55,5 +73,16 @@ def _proposition(args) -> int:
     train_proposition(
         args.propsegment, optional(args.sick), optional(args.stsb), args.out, backbone=args.backbone, out_dim=args.dim, tau=args.tau, layers=tuple(int(x) for x in args.layers.split(",")), lora=args.lora, sibling_weight=args.sibling_weight,
         epochs=args.epochs, seed=args.seed, device=args.device,
+    )
+    return 0
+
+
+def _nugget(args) -> int:
+    from .nugget import train_nugget
+
+    train_nugget(
+        args.out, wiki=args.wiki, backbone=args.backbone, layer=args.layer, ratios=tuple(float(r) for r in args.ratios.split(",")),
+        ratio=args.ratio, lora=args.lora, decoder_layers=args.decoder_layers, steps=args.steps, batch=args.batch, lr=args.lr,
+        negatives=args.negatives or None, seed=args.seed, device=args.device,
     )
     return 0

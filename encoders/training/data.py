@@ -1,14 +1,19 @@
-"""Training data readers: PropSegment segmentations, SICK, STS-B."""
+"""Training data readers: PropSegment segmentations, SICK, STS-B, Wikipedia text."""
 from __future__ import annotations
 
+import bz2
 import csv
+import html
 import json
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..segment import Proposition, words
+from ..text import split_sentences
 
 WIKI = "SOURCE_WIKI_CLUSTERS"
 
@@ -76,3 +81,77 @@ def stsb_pairs(path: str | Path, min_score: float = 4.0) -> list[tuple[str, str]
             if len(cols) >= 7 and float(cols[4]) >= min_score:
                 pairs.append((cols[5], cols[6]))
     return pairs
+
+
+# WikiExtractor output of 100 files: wiki_00 .. wiki_69 train, wiki_70 ..
+# wiki_99 are held out (reconstruction BLEU, the re-ranking task).
+WIKI_EXTRACTED = "../shared/data/wikipedia/extracted"
+WIKI_HELDOUT_FROM = 70
+_DOC = re.compile(r'<doc ([^>]*)>\n(.*?)</doc>', re.S)
+_ATTR = re.compile(r'(\w+)="([^"]*)"')
+
+
+@dataclass(frozen=True)
+class Article:
+    id: str
+    title: str
+    sections: tuple[tuple[str, str], ...]  # (heading, text); the lead's heading is ""
+
+
+def is_heading(line: str) -> bool:
+    """WikiExtractor keeps section titles as short lines ending in a period
+    ("Etymology and terminology."); body paragraphs are longer or end otherwise."""
+    line = line.strip()
+    return line.endswith(".") and 0 < len(line.split()) <= 10 and ". " not in line and not line[0].islower()
+
+
+def wiki_files(folder: str | Path, split: str) -> list[Path]:
+    """The split's WikiExtractor files under `folder` (or `folder` itself, a file)."""
+    folder = Path(folder)
+    files = [folder] if folder.is_file() else sorted(folder.rglob("wiki_*"))
+    if not files:
+        raise FileNotFoundError(f"no WikiExtractor files (wiki_*) under {folder}")
+    if split not in ("train", "heldout"):
+        raise ValueError(f"split must be train or heldout, got {split!r}")
+    number = lambda f: int(re.sub(r"\D", "", f.name.split(".")[0]) or 0)  # noqa: E731
+    return [f for f in files if (number(f) >= WIKI_HELDOUT_FROM) == (split == "heldout")]
+
+
+def wiki_articles(folder: str | Path = WIKI_EXTRACTED, split: str = "train") -> Iterator[Article]:
+    """Articles of a WikiExtractor folder (or one file) with their sections, in file order."""
+    for path in wiki_files(folder, split):
+        opener = bz2.open if path.suffix == ".bz2" else open
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+            raw = f.read()
+        for m in _DOC.finditer(raw):
+            attrs = dict(_ATTR.findall(m.group(1)))
+            title = html.unescape(attrs.get("title", ""))
+            lines = [line.strip() for line in m.group(2).split("\n") if line.strip()]
+            if lines and html.unescape(lines[0]) == title:
+                lines = lines[1:]
+            sections: list[tuple[str, list[str]]] = [("", [])]
+            for line in lines:
+                if is_heading(line):
+                    sections.append((line.rstrip("."), []))
+                else:
+                    sections[-1][1].append(line)
+            yield Article(attrs.get("id", ""), title, tuple((h, "\n".join(body)) for h, body in sections if body))
+
+
+def packed_sentences(text: str, max_words: int) -> list[str]:
+    """Consecutive sentences of `text` packed into chunks of at most
+    `max_words` words (a longer sentence is a chunk of its own, cut)."""
+    chunks: list[str] = []
+    current: list[str] = []
+    used = 0
+    for a, b in split_sentences(text):
+        sentence = text[a:b]
+        n = len(sentence.split())
+        if current and used + n > max_words:
+            chunks.append(" ".join(current))
+            current, used = [], 0
+        current.append(" ".join(sentence.split()[:max_words]))
+        used += min(n, max_words)
+    if current:
+        chunks.append(" ".join(current))
+    return chunks

@@ -37,7 +37,8 @@ from tqdm.auto import tqdm
 
 from ..backbone import Backbone
 from ..base import hidden_states, span_pool
-from ..proposition import LORA_LAYERS, LORA_TARGETS, PropositionHead, adapt
+from ..adapters import adapt, lora_config, lora_state, upper_layers
+from ..proposition import PropositionHead
 from ..provenance import command_line, data_record, hardware, library_versions, save_weights
 from ..segment import spans_text, word_spans
 from .data import SegmentedSentence, propsegment_sentences, sick_pairs, stsb_pairs
@@ -281,7 +282,7 @@ def train_proposition(
 
     model = bb.model
     if lora:
-        model = adapt(bb.model, lora, LORA_LAYERS(n_layers))
+        model = adapt(bb.model, lora, upper_layers(n_layers))
     head = PropositionHead(bb.dim * len(layers), hidden, out_dim).to(bb.device)
     params = [{"params": head.parameters(), "lr": lr}]
     if lora:
@@ -317,7 +318,7 @@ def train_proposition(
         if p1 > best[0]:
             state = {f"head.{k}": v.detach().cpu().clone() for k, v in head.state_dict().items()}
             if lora:
-                state.update({f"lora.{k}": v.detach().cpu().clone() for k, v in model.state_dict().items() if "lora_" in k})
+                state.update({f"lora.{k}": v.clone() for k, v in lora_state(model).items()})
             best = (p1, epoch + 1, state)
         log.info("epoch %d loss %.4f held-out P@1 %.4f", epoch + 1, loss.item(), p1)
 
@@ -336,7 +337,7 @@ def train_proposition(
         data["stsb"] = data_record(stsb)
     config = {
         "backbone": bb.name, "dim": bb.dim * len(layers), "layers": list(layers), "hidden": hidden, "out_dim": out_dim,
-        "lora": {"r": lora, "alpha": 2 * lora, "target_modules": LORA_TARGETS, "layers": LORA_LAYERS(n_layers)} if lora else None,
+        "lora": lora_config(lora, upper_layers(n_layers)),
         "pooling": "mask mean of the concatenated layers",
         "command": command_line(), "data": data,
         "training": {"loss": "SupCon (batch) + sibling_weight * SupCon (own sentence)", "sibling_weight": sibling_weight, "tau": tau, "epochs": epochs, "best_epoch": best[1], "lr": lr, "lora_lr": lora_lr if lora else None,

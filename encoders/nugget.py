@@ -1,0 +1,340 @@
+"""`nugget`: a learned choice of k = ceil(n * r) token states per passage.
+
+Nugget (Qin & Van Durme, 2023). A scorer FFN reads the hidden states after
+layer l and keeps the k best-scoring tokens of each passage (n counts every
+real token, specials included; padding never). Two type embeddings (nugget /
+other) are added to the states at layer l, so the upper layers know which
+tokens were chosen (nugget feedback). The chosen tokens' last-layer states,
+in position order, through W^V are the passage's vectors.
+
+TopK passes no gradient, so in training the scores s are added to every
+cross-attention logit of a small decoder that reconstructs the text from the
+nuggets (`NuggetDecoder`); the scorer learns from how much the decoder
+attends to what it chose. Layers below l stay frozen (l = 0 collapses in the
+paper); the ones above are adapted with LoRA.
+
+A nugget's unit is the text since the previous nugget through its own token:
+in the paper each nugget mostly encodes the segment that ends at it.
+Queries are nuggets too by default; `query="tokens"` keeps every token of
+the query instead (same encoder run, all positions projected by W^V).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from . import WEIGHTS
+from .adapters import adapt, merged
+from .backbone import Backbone
+from .base import Encoder, SentenceLocator, TokenStates, focus_mask, l2_normalize
+from .provenance import sha256_file
+from .units import Encoded, Kind, Passage
+
+QUERY_MODES = ("nuggets", "tokens")
+
+
+def n_nuggets(lengths: list[int] | np.ndarray | torch.Tensor, ratio: float) -> list[int]:
+    """k = ceil(n * r), at least 1, per passage of n real tokens. Exact:
+    0.1 * 30 is 3.0000000000000004 in floating point, and 3 here."""
+    r = Fraction(repr(float(ratio)))
+    return [max(1, math.ceil(int(n) * r)) for n in (lengths.tolist() if hasattr(lengths, "tolist") else lengths)]
+
+
+def select(scores: torch.Tensor, attention: torch.Tensor, ratio: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best-scoring real tokens of each row, in position order.
+
+    Returns (positions (b, k_max), valid (b, k_max)); padded slots point at
+    position 0 and are not valid. Ties go to the earlier token."""
+    k = torch.tensor(n_nuggets(attention.sum(1), ratio), device=scores.device)
+    k_max = int(k.max())
+    masked = scores.detach().masked_fill(~attention.bool(), float("-inf"))
+    # A stable sort breaks ties by position, so the choice is deterministic.
+    top = torch.sort(masked, dim=1, descending=True, stable=True).indices[:, :k_max]
+    valid = torch.arange(k_max, device=scores.device)[None, :] < k[:, None]
+    n = scores.shape[1]
+    positions = torch.sort(torch.where(valid, top, n), dim=1).values
+    valid = positions < n
+    return positions.masked_fill(~valid, 0), valid
+
+
+class Nuggets(NamedTuple):
+    vectors: torch.Tensor  # (b, k_max, d): W^V applied to the chosen last-layer states
+    positions: torch.Tensor  # (b, k_max) token positions, ascending
+    valid: torch.Tensor  # (b, k_max) bool
+    scores: torch.Tensor  # (b, k_max) scorer logits of the chosen tokens (carry gradient)
+    projected: torch.Tensor  # (b, n, d): W^V applied to every token (queries as tokens)
+    chosen: torch.Tensor  # (b, n) bool
+
+
+def _stack(model: nn.Module) -> tuple[nn.Module, nn.ModuleList]:
+    """The embeddings and the layer list of a BERT-style encoder (also inside a peft wrapper)."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and name.endswith("encoder.layer"):
+            return model.get_submodule(name[: -len("encoder.layer")] + "embeddings"), module
+    raise ValueError("the nugget encoder needs a BERT-style backbone (embeddings + encoder.layer)")
+
+
+class NuggetModel(nn.Module):
+    """Backbone (private copy, LoRA above layer l) + scorer + feedback + W^V."""
+
+    def __init__(self, model: nn.Module, layer: int, ratio: float, lora: int = 8, private: bool = False) -> None:
+        super().__init__()
+        n_layers = len(_stack(model)[1])
+        if not 0 <= layer < n_layers:
+            raise ValueError(f"nugget layer must be in [0, {n_layers}), got {layer}")
+        if not 0 < ratio <= 1:
+            raise ValueError(f"nugget ratio must be in (0, 1], got {ratio}")
+        self.layer, self.ratio, self.lora = layer, ratio, lora
+        self.lora_layers = list(range(layer, n_layers))
+        # A private copy (`private`: `model` already is one): the feedback
+        # hook must not reach other encoders sharing the backbone.
+        self.encoder = adapt(model, lora, self.lora_layers) if lora else model if private else copy.deepcopy(model)
+        embeddings, blocks = _stack(self.encoder)
+        for name, p in self.encoder.named_parameters():
+            p.requires_grad_("lora_" in name if lora else True)
+        for frozen in (embeddings, *blocks[:layer]):
+            frozen.requires_grad_(False)
+        dim = int(model.config.hidden_size)
+        self.scorer = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, 1))
+        self.types = nn.Embedding(2, dim)  # 0 = other, 1 = nugget
+        nn.init.zeros_(self.types.weight)
+        self.w_v = nn.Linear(dim, dim, bias=False)
+        # Identity: nuggets start as the backbone's own token states, whose
+        # geometry the pretrained model already made good for similarity.
+        with torch.no_grad():
+            self.w_v.weight.copy_(torch.eye(dim))
+        hook_at = embeddings if layer == 0 else blocks[layer - 1]
+        hook_at.register_forward_hook(self._feedback)
+        self._attention: torch.Tensor | None = None
+        self._ratio = ratio
+        self._picked: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    def _feedback(self, module: nn.Module, inputs: Any, output: Any) -> Any:
+        hidden = output[0] if isinstance(output, tuple) else output
+        assert self._attention is not None, "NuggetModel layers run only through NuggetModel.forward"
+        scores = self.scorer(hidden).squeeze(-1)
+        positions, valid = select(scores, self._attention, self._ratio)
+        chosen = torch.zeros_like(self._attention, dtype=torch.bool).scatter(1, positions, valid)
+        self._picked = (scores, positions, valid, chosen)
+        hidden = hidden + self.types(chosen.long())
+        return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, ratio: float | None = None, **extra: Any) -> Nuggets:
+        self._attention, self._ratio = attention_mask, ratio or self.ratio
+        try:
+            inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+            if "token_type_ids" in extra:
+                inputs["token_type_ids"] = extra["token_type_ids"]
+            last = self.encoder(**inputs).last_hidden_state
+            scores, positions, valid, chosen = self._picked  # type: ignore[misc]
+        finally:
+            self._attention, self._picked = None, None
+        projected = self.w_v(last)
+        index = positions[..., None].expand(-1, -1, projected.shape[-1])
+        return Nuggets(
+            projected.gather(1, index) * valid[..., None], positions, valid,
+            scores.gather(1, positions) * valid, projected, chosen,
+        )
+
+    def head_state(self) -> dict[str, torch.Tensor]:
+        """What training adds to the backbone: scorer, type embeddings, W^V and adapters."""
+        state = {f"{k}": v.detach().cpu() for k, v in self.state_dict().items() if not k.startswith("encoder.")}
+        state.update({f"lora.{k}": v.detach().cpu() for k, v in self.encoder.state_dict().items() if "lora_" in k})
+        return state
+
+
+class DecoderBlock(nn.Module):
+    """Pre-norm decoder layer whose cross-attention logits take an additive bias."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.self_qkv = nn.Linear(dim, 3 * dim)
+        self.self_out = nn.Linear(dim, dim)
+        self.cross_q = nn.Linear(dim, dim)
+        self.cross_kv = nn.Linear(dim, 2 * dim)
+        self.cross_out = nn.Linear(dim, dim)
+        self.ffn = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        return x.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+
+    def _merge(self, x: torch.Tensor) -> torch.Tensor:
+        b, h, t, dh = x.shape
+        return x.transpose(1, 2).reshape(b, t, h * dh)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_bias: torch.Tensor) -> torch.Tensor:
+        q, k, v = (self._split(t) for t in self.self_qkv(self.norm1(x)).chunk(3, dim=-1))
+        x = x + self.self_out(self._merge(nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)))
+        q = self._split(self.cross_q(self.norm2(x)))
+        k, v = (self._split(t) for t in self.cross_kv(memory).chunk(2, dim=-1))
+        # a = (q.k + s) / sqrt(d_head): SDPA scales q.k itself, so s is scaled here.
+        bias = (memory_bias / math.sqrt(q.shape[-1]))[:, None, None, :]
+        x = x + self.cross_out(self._merge(nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)))
+        return x + self.ffn(self.norm3(x))
+
+
+class NuggetDecoder(nn.Module):
+    """A small Transformer decoder, trained from scratch, that reads nuggets.
+
+    It uses the backbone's vocabulary and, frozen and tied, its word
+    embeddings (in and out), so what it adds is only its layers."""
+
+    def __init__(self, word_embeddings: nn.Embedding, layers: int = 2, heads: int = 6, max_positions: int = 512) -> None:
+        super().__init__()
+        dim = word_embeddings.embedding_dim
+        # Not a submodule: the embeddings belong to the backbone and are not saved here.
+        self._words = (word_embeddings,)
+        self.positions = nn.Embedding(max_positions, dim)
+        self.blocks = nn.ModuleList(DecoderBlock(dim, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+        self.config = {"layers": layers, "heads": heads, "max_positions": max_positions}
+
+    @property
+    def vocabulary(self) -> torch.Tensor:
+        return self._words[0].weight.detach()
+
+    def hidden(self, ids: torch.Tensor, nuggets: torch.Tensor, valid: torch.Tensor, scores: torch.Tensor | None) -> torch.Tensor:
+        """Output states (b, t, d) for decoder inputs `ids` given the nuggets;
+        their inner products with `vocabulary` rows are the next-token logits.
+
+        `scores` (b, k) are added to every cross-attention logit (None: no
+        residual, as at inference, where the paper finds it changes little)."""
+        x = self.vocabulary[ids] + self.positions(torch.arange(ids.shape[1], device=ids.device))[None]
+        bias = torch.zeros_like(valid, dtype=x.dtype) if scores is None else scores.to(x.dtype)
+        bias = bias.masked_fill(~valid, float("-inf"))
+        for block in self.blocks:
+            x = block(x, nuggets, bias)
+        return self.norm(x)
+
+    def forward(self, ids: torch.Tensor, nuggets: torch.Tensor, valid: torch.Tensor, scores: torch.Tensor | None) -> torch.Tensor:
+        """Next-token logits (b, t, vocab)."""
+        return self.hidden(ids, nuggets, valid, scores) @ self.vocabulary.T
+
+    @torch.inference_mode()
+    def generate(self, nuggets: torch.Tensor, valid: torch.Tensor, start: int, end: int, max_new: int) -> list[list[int]]:
+        """Greedy decoding; each row stops at `end`."""
+        ids = torch.full((nuggets.shape[0], 1), start, dtype=torch.long, device=nuggets.device)
+        done = torch.zeros(nuggets.shape[0], dtype=torch.bool, device=nuggets.device)
+        for _ in range(max_new):
+            nxt = (self.hidden(ids, nuggets, valid, None)[:, -1] @ self.vocabulary.T).argmax(-1)
+            nxt = nxt.masked_fill(done, end)
+            ids = torch.cat([ids, nxt[:, None]], dim=1)
+            done |= nxt == end
+            if bool(done.all()):
+                break
+        return [[t for t in row[1:] if t != end] for row in ids.tolist()]
+
+
+def load_nugget(path: str | Path, model: nn.Module, with_decoder: bool = False) -> tuple[NuggetModel, NuggetDecoder | None, dict[str, Any]]:
+    """The trained nugget model (adapters merged) and, when asked and shipped, its decoder."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no nugget weights at {path} (config.json missing); train them with `propdex train nugget`")
+    config = json.loads((path / "config.json").read_text())
+    state = load_file(str(path / "model.safetensors"))
+    if config.get("lora"):
+        adapters = {k[5:]: v for k, v in state.items() if k.startswith("lora.")}
+        nugget = NuggetModel(merged(model, config["lora"], adapters, path), config["layer"], config["ratio"], lora=0, private=True)
+    else:
+        nugget = NuggetModel(model, config["layer"], config["ratio"], lora=0)
+    heads = {k: v for k, v in state.items() if not k.startswith(("lora.", "decoder."))}
+    nugget.load_state_dict(heads, strict=False)
+    decoder = None
+    if with_decoder:
+        if not any(k.startswith("decoder.") for k in state):
+            raise FileNotFoundError(f"{path} ships no decoder")
+        dec = config["decoder"]
+        decoder = NuggetDecoder(_stack(nugget.encoder)[0].word_embeddings, dec["layers"], dec["heads"], dec["max_positions"])
+        decoder.load_state_dict({k[8:]: v.float() for k, v in state.items() if k.startswith("decoder.")})
+        decoder.eval()
+    return nugget.eval(), decoder, config
+
+
+class NuggetEncoder(Encoder):
+    name = "nugget"
+    kind = Kind.TOKEN
+
+    def __init__(
+        self, backbone: Backbone, batch_size: int = 32, weights: str = "default", ratio: float | None = None,
+        query: str = "nuggets", window: int | None = None, weights_sha256: str | None = None,
+    ) -> None:
+        super().__init__(backbone, batch_size)
+        if query not in QUERY_MODES:
+            raise ValueError(f"nugget query mode must be one of {', '.join(QUERY_MODES)}, got {query!r}")
+        self.weights_name = weights
+        self.path = WEIGHTS / "nugget" if weights == "default" else WEIGHTS / f"nugget-{weights}" if (WEIGHTS / f"nugget-{weights}").is_dir() else Path(weights)
+        self.nugget, _, self.nugget_config = load_nugget(self.path, backbone.model)
+        if self.nugget_config["backbone"] != backbone.name and not Path(weights).is_dir():
+            raise ValueError(f"the packaged nugget weights were trained on {self.nugget_config['backbone']}, not {backbone.name}")
+        self.weights_sha256 = sha256_file(self.path / "model.safetensors")
+        if weights_sha256 is not None and weights_sha256 != self.weights_sha256:
+            raise ValueError(f"nugget weights {self.path} differ from the ones the index was built with")
+        self.nugget.to(backbone.device)
+        self.ratio = float(ratio if ratio is not None else self.nugget_config["ratio"])
+        if not 0 < self.ratio <= 1:
+            raise ValueError(f"nugget ratio must be in (0, 1], got {self.ratio}")
+        self.query = query
+        # Passages as long as the ones trained on: k grows with n, but the
+        # scorer has only seen passages this long.
+        self.window = int(window or min(backbone.max_length, self.nugget_config.get("max_length", 128)))
+
+    @property
+    def max_length(self) -> int:
+        return self.window
+
+    def options(self) -> dict[str, Any]:
+        return {
+            "weights": self.weights_name, "ratio": self.ratio, "query": self.query, "window": self.window,
+            "weights_sha256": self.weights_sha256,
+        }
+
+    def run(self, enc: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        inputs = {k: v.to(self.backbone.device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        out = self.nugget(**inputs, ratio=self.ratio)
+        return out.projected, out.chosen
+
+    def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
+        doc = passage.doc
+        assert tokens.selected is not None
+        n = len(tokens.ids)
+        if query and self.query == "tokens":
+            idx = np.flatnonzero(~tokens.special) if (~tokens.special).any() else np.arange(n)
+            spans = [(int(a), int(b)) for a, b in tokens.offsets[idx]] if (~tokens.special).any() else [(0, len(passage.text))]
+        else:
+            idx = np.flatnonzero(tokens.selected)
+            spans = nugget_spans(tokens.offsets, tokens.special, idx, len(passage.text))
+        char = np.array([(a + passage.start, b + passage.start) for a, b in spans], dtype=np.int64).reshape(-1, 2)
+        keep = focus_mask(doc, char) if len(char) else np.zeros(0, bool)
+        if not keep.any():
+            return Encoded(np.zeros((0, self.dim), np.float32), [])
+        locate = SentenceLocator(doc)
+        units = [locate.unit([(int(a), int(b))], Kind.TOKEN) for (a, b), k in zip(char, keep) if k]
+        return Encoded(l2_normalize(tokens.states[idx[keep]]), units)
+
+
+def nugget_spans(offsets: np.ndarray, special: np.ndarray, chosen: np.ndarray, length: int) -> list[tuple[int, int]]:
+    """Char spans (passage-relative) that the chosen tokens stand for: the text
+    since the previous nugget through the token itself. A special token at
+    the start stands for the whole passage; one at the end for what is left."""
+    spans, previous = [], 0
+    for i in chosen:
+        if special[i] or offsets[i, 1] <= offsets[i, 0]:
+            span = (0, length) if i == 0 or previous >= length else (previous, length)
+        else:
+            span = (previous, int(offsets[i, 1]))
+            previous = int(offsets[i, 1])
+        spans.append(span)
+    return spans
