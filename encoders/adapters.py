@@ -48,3 +48,13 @@ def merged(model: nn.Module, lora: dict[str, Any], state: dict[str, torch.Tensor
 def lora_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The adapter tensors of an adapted model, keyed for `merged`."""
     return {k: v.detach().cpu() for k, v in model.state_dict().items() if "lora_" in k}
+
+
+def merged_stages(model: nn.Module, stages: list[dict[str, Any]], state: dict[str, torch.Tensor], source: str | Path) -> nn.Module:
+    """A private copy of `model` with several rounds of adapters merged in
+    order (a model adapted, merged, then adapted again: AE, then DocSplit).
+    Each stage names the key prefix of its tensors in `state`."""
+    for stage in stages:
+        prefix = stage["prefix"]
+        model = merged(model, stage, {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}, source)
+    return model

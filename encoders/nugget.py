@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from . import WEIGHTS
-from .adapters import adapt, merged
+from .adapters import adapt, merged_stages
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, focus_mask, l2_normalize
 from .provenance import sha256_file
@@ -122,7 +122,10 @@ class NuggetModel(nn.Module):
         assert self._attention is not None, "NuggetModel layers run only through NuggetModel.forward"
         scores = self.scorer(hidden).squeeze(-1)
         positions, valid = select(scores, self._attention, self._ratio)
-        chosen = torch.zeros_like(self._attention, dtype=torch.bool).scatter(1, positions, valid)
+        # Padded slots scatter into a spare column, never over a real choice at position 0.
+        n = hidden.shape[1]
+        spare = torch.zeros(hidden.shape[0], n + 1, dtype=torch.bool, device=hidden.device)
+        chosen = spare.scatter(1, positions.masked_fill(~valid, n), True)[:, :n]
         self._picked = (scores, positions, valid, chosen)
         hidden = hidden + self.types(chosen.long())
         return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
@@ -145,10 +148,8 @@ class NuggetModel(nn.Module):
         )
 
     def head_state(self) -> dict[str, torch.Tensor]:
-        """What training adds to the backbone: scorer, type embeddings, W^V and adapters."""
-        state = {f"{k}": v.detach().cpu() for k, v in self.state_dict().items() if not k.startswith("encoder.")}
-        state.update({f"lora.{k}": v.detach().cpu() for k, v in self.encoder.state_dict().items() if "lora_" in k})
-        return state
+        """Scorer, type embeddings and W^V (adapters: `adapters.lora_state`)."""
+        return {k: v.detach().cpu() for k, v in self.state_dict().items() if not k.startswith("encoder.")}
 
 
 class DecoderBlock(nn.Module):
@@ -236,8 +237,31 @@ class NuggetDecoder(nn.Module):
         return [[t for t in row[1:] if t != end] for row in ids.tolist()]
 
 
-def load_nugget(path: str | Path, model: nn.Module, with_decoder: bool = False) -> tuple[NuggetModel, NuggetDecoder | None, dict[str, Any]]:
-    """The trained nugget model (adapters merged) and, when asked and shipped, its decoder."""
+def nugget_weights(nugget: NuggetModel, decoder: NuggetDecoder | None, backbone: str, max_length: int,
+                   stage: str = "autoencoding") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The tensors and config that `load_nugget` reads back: heads, the
+    adapters as one stage under "lora.", and the decoder in half precision
+    (it is only needed to measure reconstruction)."""
+    from .adapters import lora_config, lora_state
+
+    state = nugget.head_state()
+    state.update({f"lora.{k}": v for k, v in lora_state(nugget.encoder).items()})
+    config: dict[str, Any] = {
+        "backbone": backbone, "layer": nugget.layer, "ratio": nugget.ratio, "max_length": max_length,
+        "adapters": [lora_config(nugget.lora, nugget.lora_layers) | {"prefix": "lora.", "stage": stage}] if nugget.lora else [],
+    }
+    if decoder is not None:
+        state.update({f"decoder.{k}": v.detach().cpu().half() for k, v in decoder.state_dict().items()})
+        config["decoder"] = decoder.config | {"dtype": "float16"}
+    return state, config
+
+
+def load_nugget(
+    path: str | Path, model: nn.Module, with_decoder: bool = False, lora: int = 0,
+) -> tuple[NuggetModel, NuggetDecoder | None, dict[str, Any]]:
+    """The trained nugget model (its adapters merged into a private copy of
+    `model`) and, when asked and shipped, its decoder. `lora` > 0 puts fresh
+    trainable adapters on top, to train further (DocSplit)."""
     from safetensors.torch import load_file
 
     path = Path(path)
@@ -245,13 +269,14 @@ def load_nugget(path: str | Path, model: nn.Module, with_decoder: bool = False) 
         raise FileNotFoundError(f"no nugget weights at {path} (config.json missing); train them with `propdex train nugget`")
     config = json.loads((path / "config.json").read_text())
     state = load_file(str(path / "model.safetensors"))
-    if config.get("lora"):
-        adapters = {k[5:]: v for k, v in state.items() if k.startswith("lora.")}
-        nugget = NuggetModel(merged(model, config["lora"], adapters, path), config["layer"], config["ratio"], lora=0, private=True)
-    else:
-        nugget = NuggetModel(model, config["layer"], config["ratio"], lora=0)
-    heads = {k: v for k, v in state.items() if not k.startswith(("lora.", "decoder."))}
-    nugget.load_state_dict(heads, strict=False)
+    # Adapter rounds in order; a lone "lora" entry is one round under "lora.".
+    stages = config.get("adapters") or ([config["lora"] | {"prefix": "lora."}] if config.get("lora") else [])
+    base = merged_stages(model, stages, state, path) if stages else model
+    nugget = NuggetModel(base, config["layer"], config["ratio"], lora=lora, private=bool(stages))
+    heads = {k: v for k, v in state.items() if k.split(".")[0] in ("scorer", "types", "w_v")}
+    missing = nugget.load_state_dict(heads, strict=False).missing_keys
+    if any(not k.startswith("encoder.") for k in missing):
+        raise ValueError(f"{path}: nugget weights incomplete ({[k for k in missing if not k.startswith('encoder.')][:3]})")
     decoder = None
     if with_decoder:
         if not any(k.startswith("decoder.") for k in state):

@@ -1,8 +1,16 @@
-"""`single`: one mean-pooled vector per passage (the DPR-style baseline)."""
+"""`single`: one mean-pooled vector per passage (the DPR-style baseline).
+
+`weights` names adapters trained for it (`propdex train docsplit --encoder
+single`), merged into a private copy of the backbone; none by default."""
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from . import WEIGHTS
+from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, focus_mask, l2_normalize
 from .units import Encoded, Kind, Passage
 
@@ -10,6 +18,15 @@ from .units import Encoded, Kind, Passage
 class SingleEncoder(Encoder):
     name = "single"
     kind = Kind.PASSAGE
+
+    def __init__(self, backbone: Backbone, batch_size: int = 32, weights: str | None = None, weights_sha256: str | None = None) -> None:
+        super().__init__(backbone, batch_size)
+        self.weights, self.weights_sha256 = weights, None
+        if weights:
+            self.model, self.weights_sha256 = load_adapted(weights, backbone, weights_sha256)
+
+    def options(self) -> dict[str, Any]:
+        return {"weights": self.weights, "weights_sha256": self.weights_sha256} if self.weights else {}
 
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
         doc = passage.doc
@@ -27,3 +44,23 @@ class SingleEncoder(Encoder):
             return Encoded(np.zeros((0, self.dim), np.float32), [])
         vector = l2_normalize(tokens.states[keep].mean(0, keepdim=True))
         return Encoded(vector, [SentenceLocator(doc).unit(spans, Kind.PASSAGE)])
+
+
+def load_adapted(weights: str, backbone: Backbone, expected_sha256: str | None = None) -> tuple[Any, str]:
+    """The backbone with the adapters of a weights directory merged in, and the weights' sha256."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from .adapters import merged_stages
+    from .provenance import sha256_file
+
+    path = WEIGHTS / weights if (WEIGHTS / weights).is_dir() else Path(weights)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no adapter weights at {path} (config.json missing)")
+    sha = sha256_file(path / "model.safetensors")
+    if expected_sha256 is not None and sha != expected_sha256:
+        raise ValueError(f"weights {path} differ from the ones the index was built with")
+    config = json.loads((path / "config.json").read_text())
+    model = merged_stages(backbone.model, config["adapters"], load_file(str(path / "model.safetensors")), path)
+    return model.to(backbone.device).eval(), sha

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TASKS = ("hotpotqa", "propsegment", "beir", "segmentation")
+TASKS = ("hotpotqa", "propsegment", "beir", "segmentation", "rr", "reconstruction")
 DEFAULT_LEVEL = {"hotpotqa": "doc", "beir": "doc", "propsegment": "unit"}
 # PropSegment: sentence/document rankings de-duplicate a proposition ranking
 # at least 5x deeper than the deepest cut-off (R@20).
@@ -289,9 +289,10 @@ def add_commands(sub) -> None:
     p.add_argument("task", choices=TASKS)
     p.add_argument("path", help="data file or folder")
     p.add_argument("--systems", default="bm25,single,tokens",
-                   help="comma-separated, e.g. bm25,single,tokens:factory=Flat (segmentation: clause,pairs)")
+                   help="comma-separated, e.g. bm25,single,tokens:factory=Flat (segmentation: clause,pairs; "
+                        "rr: encoders as for search; reconstruction: ratios, e.g. 0.05,0.1,0.25)")
     p.add_argument("--level", choices=("doc", "sentence", "unit"), help="default: doc (propsegment: unit = proposition)")
-    p.add_argument("--limit", type=int, help="first N queries")
+    p.add_argument("--limit", type=int, help="first N queries (rr: number of queries, default 1000)")
     p.add_argument("--out", type=Path, help="write the JSON results here")
     p.add_argument("--plot", type=Path, help="HotpotQA: write a Recall@k plot (PNG) here")
     p.add_argument("--work", type=Path, default=Path("runs/index"), help="where system indexes are built and reused")
@@ -303,6 +304,8 @@ def _run(args) -> int:
     command = "propdex " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if args.task == "segmentation":
         return _run_segmentation(args, command)
+    if args.task in ("rr", "reconstruction"):
+        return _run_nugget_task(args, command)
     result = evaluate(
         args.task, args.path, [s for s in args.systems.split(",") if s], level=args.level, limit=args.limit,
         work=args.work, device=args.device, command=command,
@@ -326,6 +329,27 @@ def _run_segmentation(args, command: str) -> int:
     result = {"task": "propsegment segmentation (dev)", "command": command, "versions": {**library_versions(), "git": _git_head()}, **result}
     print(f"{result['task']}: {result['n_sentences']} sentences, {result['n_gold']} gold propositions")
     print(segmentation.markdown(result))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+def _run_nugget_task(args, command: str) -> int:
+    """`rr` (passage re-ranking) and `reconstruction` (nugget AE BLEU), both on held-out Wikipedia."""
+    from . import reconstruction, rr
+
+    systems = [s for s in args.systems.split(",") if s]
+    if args.task == "rr":
+        task = rr.build_rr(args.path, n_queries=args.limit or 1000)
+        result = rr.evaluate_rr(task, systems, device=args.device)
+        title, table = f"passage re-ranking (RR), {task.info['queries']} queries", rr.markdown(result)
+    else:
+        result = reconstruction.evaluate_reconstruction(args.path, [float(r) for r in systems], device=args.device)
+        title, table = f"nugget reconstruction, {result['passages']} held-out passages", reconstruction.markdown(result)
+    result = {"task": title, "command": command, "versions": {**library_versions(), "git": _git_head()}, **result}
+    print(title)
+    print(table)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1, default=str))

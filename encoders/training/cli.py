@@ -56,6 +56,21 @@ def add_commands(sub) -> None:
     n.add_argument("--device", default="auto")
     n.set_defaults(run=_nugget)
 
+    d = tsub.add_parser("docsplit", help="DocSplit contrastive stage (halves of a document are positives) for nugget or single")
+    d.add_argument("--encoder", choices=("nugget", "single"), default="nugget")
+    d.add_argument("--init", type=Path, default=WEIGHTS / "nugget-ae", help="nugget weights to start from (nugget only)")
+    d.add_argument("--wiki", type=Path, default=Path(WIKI_EXTRACTED), help="WikiExtractor folder (train files only are read)")
+    d.add_argument("--out", type=Path, help="default: encoders/weights/nugget (nugget), encoders/weights/single-docsplit (single)")
+    d.add_argument("--backbone", help="default: the packaged all-MiniLM-L6-v2")
+    d.add_argument("--lora", type=int, default=8, help="rank of the new adapters")
+    d.add_argument("--steps", type=int, default=300)
+    d.add_argument("--batch", type=int, default=16)
+    d.add_argument("--lr", type=float, default=2e-4)
+    d.add_argument("--tau", type=float, default=0.05)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--device", default="auto")
+    d.set_defaults(run=_docsplit)
+
 
 def _segmenter(args) -> int:
     from .segmenter import train_segmenter
@@ -84,5 +99,16 @@ def _nugget(args) -> int:
         args.out, wiki=args.wiki, backbone=args.backbone, layer=args.layer, ratios=tuple(float(r) for r in args.ratios.split(",")),
         ratio=args.ratio, lora=args.lora, decoder_layers=args.decoder_layers, steps=args.steps, batch=args.batch, lr=args.lr,
         negatives=args.negatives or None, seed=args.seed, device=args.device,
+    )
+    return 0
+
+
+def _docsplit(args) -> int:
+    from .docsplit import run_docsplit
+
+    out = args.out or WEIGHTS / ("nugget" if args.encoder == "nugget" else "single-docsplit")
+    run_docsplit(
+        args.encoder, out, init=args.init if args.encoder == "nugget" else None, wiki=args.wiki, backbone=args.backbone,
+        lora=args.lora, steps=args.steps, batch=args.batch, lr=args.lr, tau=args.tau, seed=args.seed, device=args.device,
     )
     return 0

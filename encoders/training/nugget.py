@@ -18,9 +18,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..adapters import lora_config
 from ..backbone import Backbone
-from ..nugget import NuggetDecoder, NuggetModel, _stack
+from ..nugget import NuggetDecoder, NuggetModel, _stack, nugget_weights
 from ..provenance import command_line, hardware, library_versions, save_weights
 from .data import WIKI_EXTRACTED, WIKI_HELDOUT_FROM, packed_sentences, wiki_articles, wiki_files
 
@@ -116,12 +115,9 @@ def train_nugget(
             losses = [reconstruction_loss(nugget, decoder, tokenize(heldout[i : i + 32]), r, pad).item() for i in range(0, len(heldout), 32)]
             heldout_nll[str(r)] = round(sum(losses) / len(losses), 4)
 
-    state = nugget.head_state()
-    # The decoder is only needed to measure reconstruction: half precision keeps it small.
-    state.update({f"decoder.{k}": v.detach().cpu().half() for k, v in decoder.state_dict().items()})
-    config = {
-        "backbone": bb.name, "layer": layer, "ratio": ratio, "train_ratios": list(ratios), "max_length": max_length,
-        "lora": lora_config(lora, nugget.lora_layers), "decoder": decoder.config | {"dtype": "float16"},
+    state, config = nugget_weights(nugget, decoder, bb.name, max_length)
+    config |= {
+        "train_ratios": list(ratios),
         "command": command_line(),
         "data": {"wikipedia": str(wiki), "split": f"train (wiki_00 .. wiki_{WIKI_HELDOUT_FROM - 1:02d})",
                  "passages": len(texts), "max_words": max_words},
