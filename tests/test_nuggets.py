@@ -205,3 +205,17 @@ def test_docsplit_trains_single_and_nugget_encoders(tiny, model):
     one = torch.ones(4, 1, dtype=torch.bool)
     # Identical halves are the easiest positives: lower loss than shuffled ones.
     assert docsplit_loss(a, one, a, one) < docsplit_loss(a, one, a.roll(1, 0), one)
+
+
+def test_docsplit_weights_for_single_load_as_its_adapters(tiny, tiny_dir, tmp_path):
+    from encoders import load_encoder
+    from encoders.training.docsplit import run_docsplit
+
+    config = run_docsplit("single", tmp_path / "single-ds", backbone=str(tiny_dir), steps=2, batch=2, lr=1e-2, device="cpu")
+    assert [s["stage"] for s in config["adapters"]] == ["docsplit"]
+    doc = Document("d", TEXTS[0], "t", ((0, len(TEXTS[0])),))
+    plain, tuned = load_encoder("single", backbone=tiny), load_encoder("single", backbone=tiny, weights=str(tmp_path / "single-ds"))
+    (a,), (b,) = plain.encode(plain.passages(doc)), tuned.encode(tuned.passages(doc))
+    assert a.vectors.shape == b.vectors.shape == (1, tiny.dim)
+    assert not np.allclose(a.vectors, b.vectors)  # the adapters are in
+    assert tuned.config()["weights_sha256"] and "weights" not in plain.config()
