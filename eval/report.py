@@ -17,6 +17,15 @@ from .run import markdown
 def section(path: Path) -> str:
     result = json.loads(path.read_text())
     v = result["versions"]
+    if "ratios" in result or str(result.get("task", "")).startswith("passage re-ranking"):  # nugget tasks
+        from . import reconstruction, rr
+
+        table = reconstruction.markdown(result) if "ratios" in result else rr.markdown(result)
+        return "\n".join([
+            f"### {result['task']} ({path.name})", "", "```bash", result["command"], "```",
+            f"commit {v.get('git')}; torch {v.get('torch')}, transformers {v.get('transformers')}, python {v.get('python')}",
+            "", table, "",
+        ])
     if "level" not in result:  # segmentation
         from .segmentation import markdown as segmentation_table
 

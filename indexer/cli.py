@@ -30,6 +30,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-punct", action="store_true", help="tokens encoder: keep punctuation tokens")
     p.add_argument("--query-segments", action="store_true",
                    help="proposition encoder: segment queries into propositions (MaxSim) instead of one whole-query vector")
+    p.add_argument("--nugget-ratio", type=float, help="nugget encoder: compression ratio r, k = ceil(n r) vectors per passage (default: the weights', 0.25)")
+    p.add_argument("--nugget-query", choices=("nuggets", "tokens"), default="nuggets",
+                   help="nugget encoder: encode queries as nuggets or as all their tokens")
+    p.add_argument("--nugget-weights", default="default", help="nugget encoder: default (AE + DocSplit), ae, or a weights directory")
     p.add_argument("--limit", type=int, help="index at most N documents")
     p.set_defaults(run=run_index)
 
@@ -42,6 +46,8 @@ def run_index(args: argparse.Namespace) -> int:
         options["drop_punct"] = not args.keep_punct
     if args.encoder == "proposition":
         options["query_segments"] = args.query_segments
+    if args.encoder == "nugget":
+        options |= {"ratio": args.nugget_ratio, "query": args.nugget_query, "weights": args.nugget_weights}
     encoder = load_encoder(args.encoder, backbone=args.backbone, device=args.device, batch_size=args.batch_size, **options)
     inputs = {"paths": [str(Path(p).resolve()) for p in args.inputs], "format": args.format, "limit": args.limit}
     records = read_corpus(args.inputs, args.format)
