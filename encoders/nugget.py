@@ -174,15 +174,25 @@ class DecoderBlock(nn.Module):
         b, h, t, dh = x.shape
         return x.transpose(1, 2).reshape(b, t, h * dh)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_bias: torch.Tensor) -> torch.Tensor:
+    def memory(self, nuggets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention keys and values of the nuggets (computed once per text)."""
+        k, v = self.cross_kv(nuggets).chunk(2, dim=-1)
+        return self._split(k), self._split(v)
+
+    def forward(self, x: torch.Tensor, memory: tuple[torch.Tensor, torch.Tensor], memory_bias: torch.Tensor,
+                past: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """`x` attends causally to itself (and to `past` keys/values when
+        decoding step by step); returns the output and the keys/values so far."""
         q, k, v = (self._split(t) for t in self.self_qkv(self.norm1(x)).chunk(3, dim=-1))
-        x = x + self.self_out(self._merge(nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)))
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        causal = past is None and x.shape[1] > 1
+        x = x + self.self_out(self._merge(nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)))
         q = self._split(self.cross_q(self.norm2(x)))
-        k, v = (self._split(t) for t in self.cross_kv(memory).chunk(2, dim=-1))
         # a = (q.k + s) / sqrt(d_head): SDPA scales q.k itself, so s is scaled here.
         bias = (memory_bias / math.sqrt(q.shape[-1]))[:, None, None, :]
-        x = x + self.cross_out(self._merge(nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)))
-        return x + self.ffn(self.norm3(x))
+        x = x + self.cross_out(self._merge(nn.functional.scaled_dot_product_attention(q, *memory, attn_mask=bias)))
+        return x + self.ffn(self.norm3(x)), (k, v)
 
 
 class NuggetDecoder(nn.Module):
@@ -212,11 +222,15 @@ class NuggetDecoder(nn.Module):
         `scores` (b, k) are added to every cross-attention logit (None: no
         residual, as at inference, where the paper finds it changes little)."""
         x = self.vocabulary[ids] + self.positions(torch.arange(ids.shape[1], device=ids.device))[None]
-        bias = torch.zeros_like(valid, dtype=x.dtype) if scores is None else scores.to(x.dtype)
-        bias = bias.masked_fill(~valid, float("-inf"))
+        bias = self._bias(valid, scores, x.dtype)
         for block in self.blocks:
-            x = block(x, nuggets, bias)
+            x, _ = block(x, block.memory(nuggets), bias)
         return self.norm(x)
+
+    @staticmethod
+    def _bias(valid: torch.Tensor, scores: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+        bias = torch.zeros_like(valid, dtype=dtype) if scores is None else scores.to(dtype)
+        return bias.masked_fill(~valid, float("-inf"))
 
     def forward(self, ids: torch.Tensor, nuggets: torch.Tensor, valid: torch.Tensor, scores: torch.Tensor | None) -> torch.Tensor:
         """Next-token logits (b, t, vocab)."""
@@ -224,11 +238,18 @@ class NuggetDecoder(nn.Module):
 
     @torch.inference_mode()
     def generate(self, nuggets: torch.Tensor, valid: torch.Tensor, start: int, end: int, max_new: int) -> list[list[int]]:
-        """Greedy decoding; each row stops at `end`."""
+        """Greedy decoding, one token at a time with cached keys/values; each row stops at `end`."""
         ids = torch.full((nuggets.shape[0], 1), start, dtype=torch.long, device=nuggets.device)
         done = torch.zeros(nuggets.shape[0], dtype=torch.bool, device=nuggets.device)
-        for _ in range(max_new):
-            nxt = (self.hidden(ids, nuggets, valid, None)[:, -1] @ self.vocabulary.T).argmax(-1)
+        memories = [block.memory(nuggets) for block in self.blocks]
+        bias = self._bias(valid, None, nuggets.dtype)
+        past: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(self.blocks)
+        max_new = min(max_new, self.positions.num_embeddings - 1)
+        for t in range(max_new):
+            x = self.vocabulary[ids[:, -1:]] + self.positions.weight[t][None, None]
+            for i, block in enumerate(self.blocks):
+                x, past[i] = block(x, memories[i], bias, past[i])
+            nxt = (self.norm(x)[:, -1] @ self.vocabulary.T).argmax(-1)
             nxt = nxt.masked_fill(done, end)
             ids = torch.cat([ids, nxt[:, None]], dim=1)
             done |= nxt == end

@@ -219,3 +219,15 @@ def test_docsplit_weights_for_single_load_as_its_adapters(tiny, tiny_dir, tmp_pa
     assert a.vectors.shape == b.vectors.shape == (1, tiny.dim)
     assert not np.allclose(a.vectors, b.vectors)  # the adapters are in
     assert tuned.config()["weights_sha256"] and "weights" not in plain.config()
+
+
+def test_cached_greedy_decoding_equals_decoding_from_scratch(tiny, model):
+    torch.manual_seed(1)
+    decoder = NuggetDecoder(_stack(model.encoder)[0].word_embeddings, layers=2, heads=2, max_positions=64).eval()
+    out = model(**batch(tiny))
+    generated = decoder.generate(out.vectors, out.valid, tiny.tokenizer.cls_token_id, -1, max_new=6)
+    ids = torch.full((len(TEXTS), 1), tiny.tokenizer.cls_token_id)
+    with torch.no_grad():
+        for _ in range(6):  # the uncached reference: the whole prefix every step
+            ids = torch.cat([ids, decoder(ids, out.vectors, out.valid, None)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert generated == ids[:, 1:].tolist()
