@@ -63,7 +63,7 @@ def add_commands(sub) -> None:
     d.add_argument("--out", type=Path, help="default: encoders/weights/nugget (nugget), encoders/weights/single-docsplit (single)")
     d.add_argument("--backbone", help="default: the packaged all-MiniLM-L6-v2")
     d.add_argument("--lora", type=int, default=8, help="rank of the new adapters")
-    d.add_argument("--steps", type=int, default=300)
+    d.add_argument("--steps", type=int, default=200)
     d.add_argument("--batch", type=int, default=16)
     d.add_argument("--lr", type=float, default=2e-4)
     d.add_argument("--tau", type=float, default=0.05)
