@@ -115,7 +115,7 @@ class NuggetModel(nn.Module):
         hook_at.register_forward_hook(self._feedback)
         self._attention: torch.Tensor | None = None
         self._ratio = ratio
-        self._picked: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._picked: tuple[torch.Tensor, ...] | None = None  # scores, positions, valid, chosen
 
     def _feedback(self, module: nn.Module, inputs: Any, output: Any) -> Any:
         hidden = output[0] if isinstance(output, tuple) else output

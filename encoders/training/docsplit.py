@@ -26,8 +26,8 @@ from tqdm.auto import tqdm
 from ..adapters import adapt, lora_config, lora_state, upper_layers
 from ..backbone import Backbone
 from ..provenance import command_line, hardware, library_versions, save_weights
-from .data import WIKI_EXTRACTED, WIKI_HELDOUT_FROM, wiki_articles, wiki_files
 from ..text import split_sentences
+from .data import WIKI_EXTRACTED, WIKI_HELDOUT_FROM, wiki_articles, wiki_files
 
 log = logging.getLogger(__name__)
 
