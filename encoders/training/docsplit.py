@@ -69,27 +69,31 @@ class VectorSets(Protocol):
     def parameters(self) -> Any: ...
 
 
-class NuggetSets(nn.Module):
-    def __init__(self, nugget: nn.Module, backbone: Backbone, max_length: int) -> None:
-        super().__init__()
-        self.nugget, self.backbone, self.max_length = nugget, backbone, max_length
-
-    def forward(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        enc = self.backbone.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
-        out = self.nugget(**{k: v.to(self.backbone.device) for k, v in enc.items()})
-        return nn.functional.normalize(out.vectors, dim=-1), out.valid
-
-
-class MeanSets(nn.Module):
-    """`single`'s vector (mean pooling over every real token) as a one-vector set."""
+class _Sets(nn.Module):
+    """A trainable `model` that reads tokenized text (at most `max_length` tokens)."""
 
     def __init__(self, model: nn.Module, backbone: Backbone, max_length: int) -> None:
         super().__init__()
         self.model, self.backbone, self.max_length = model, backbone, max_length
 
-    def forward(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         enc = self.backbone.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
-        enc = {k: v.to(self.backbone.device) for k, v in enc.items()}
+        return {k: v.to(self.backbone.device) for k, v in enc.items()}
+
+
+class NuggetSets(_Sets):
+    """A `NuggetModel`'s nuggets."""
+
+    def forward(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.model(**self.tokenize(texts))
+        return nn.functional.normalize(out.vectors, dim=-1), out.valid
+
+
+class MeanSets(_Sets):
+    """`single`'s vector (mean pooling over every real token) as a one-vector set."""
+
+    def forward(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        enc = self.tokenize(texts)
         states = self.model(**enc).last_hidden_state
         mask = enc["attention_mask"][..., None].to(states.dtype)
         mean = (states * mask).sum(1) / mask.sum(1).clamp(min=1)
@@ -180,10 +184,10 @@ def run_docsplit(
     sets.eval()
 
     prefix = f"lora{len(previous) + 1}."
-    adapted = sets.nugget.encoder if encoder == "nugget" else sets.model  # type: ignore[union-attr]
+    adapted = sets.model.encoder if encoder == "nugget" else sets.model
     new_state = {k: v for k, v in state.items() if not k.startswith("decoder.")}
     if encoder == "nugget":
-        new_state.update(sets.nugget.head_state())  # type: ignore[union-attr]
+        new_state.update(sets.model.head_state())
     new_state.update({f"{prefix}{k}": v for k, v in lora_state(adapted).items()})
     config = {k: v for k, v in base.items() if k not in ("decoder", "lora", "command", "data", "training", "train_seconds", "hardware", "versions", "heldout_nll")}
     config |= {
