@@ -42,7 +42,10 @@ def token_class(token: str, special: bool) -> str:
 
 def evaluate_reconstruction(folder: str | Path, ratios: list[float], weights: str | Path = WEIGHTS / "nugget-ae",
                             n: int = 256, max_words: int = 90, batch: int = 32, device: str = "auto") -> dict[str, Any]:
-    import sacrebleu
+    try:
+        import sacrebleu
+    except ImportError as e:
+        raise ValueError("reconstruction BLEU needs sacrebleu: pip install -e '.[eval]'") from e
 
     from encoders.backbone import Backbone
     from encoders.nugget import load_nugget
