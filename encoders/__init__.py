@@ -18,6 +18,13 @@ if TYPE_CHECKING:
 DEFAULT_BACKBONE = "sentence-transformers/all-MiniLM-L6-v2"
 # Trained heads shipped with the package: weights/<name>/{model.safetensors,config.json}.
 WEIGHTS = Path(__file__).resolve().parent / "weights"
+
+
+def weights_path(name: str | Path) -> Path:
+    """A packaged weights directory by name (`nugget-ae`) or else a path."""
+    packaged = WEIGHTS / str(name)
+    return packaged if str(name) and packaged.is_dir() else Path(name)
+
 # name -> "module:Class"; a new encoder is one line here.
 _REGISTRY = {
     "single": "single:SingleEncoder",
@@ -71,6 +78,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "DEFAULT_BACKBONE", "ENCODERS", "WEIGHTS", "Backbone", "Document", "Encoded", "Encoder", "Kind",
+    "DEFAULT_BACKBONE", "ENCODERS", "WEIGHTS", "weights_path", "Backbone", "Document", "Encoded", "Encoder", "Kind",
     "Passage", "Unit", "encoder_class", "encoder_from_config", "load_encoder",
 ]

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import WEIGHTS
+from . import weights_path
 from .adapters import adapt, merged_stages
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, focus_mask, l2_normalize
@@ -321,7 +321,7 @@ class NuggetEncoder(Encoder):
         if query not in QUERY_MODES:
             raise ValueError(f"nugget query mode must be one of {', '.join(QUERY_MODES)}, got {query!r}")
         self.weights_name = weights
-        self.path = WEIGHTS / "nugget" if weights == "default" else WEIGHTS / f"nugget-{weights}" if (WEIGHTS / f"nugget-{weights}").is_dir() else Path(weights)
+        self.path = weights_path({"default": "nugget", "ae": "nugget-ae"}.get(weights, weights))
         self.nugget, _, self.nugget_config = load_nugget(self.path, backbone.model)
         if self.nugget_config["backbone"] != backbone.name and not Path(weights).is_dir():
             raise ValueError(f"the packaged nugget weights were trained on {self.nugget_config['backbone']}, not {backbone.name}")

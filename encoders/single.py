@@ -4,12 +4,11 @@
 single`), merged into a private copy of the backbone; none by default."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import WEIGHTS
+from . import weights_path
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, focus_mask, l2_normalize
 from .units import Encoded, Kind, Passage
@@ -55,7 +54,7 @@ def load_adapted(weights: str, backbone: Backbone, expected_sha256: str | None =
     from .adapters import merged_stages
     from .provenance import sha256_file
 
-    path = WEIGHTS / weights if (WEIGHTS / weights).is_dir() else Path(weights)
+    path = weights_path(weights)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no adapter weights at {path} (config.json missing)")
     sha = sha256_file(path / "model.safetensors")
