@@ -355,10 +355,11 @@ class NuggetEncoder(Encoder):
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
         doc = passage.doc
         assert tokens.selected is not None
-        n = len(tokens.ids)
-        if query and self.query == "tokens":
-            idx = np.flatnonzero(~tokens.special) if (~tokens.special).any() else np.arange(n)
-            spans = [(int(a), int(b)) for a, b in tokens.offsets[idx]] if (~tokens.special).any() else [(0, len(passage.text))]
+        words = np.flatnonzero(~tokens.special)
+        # A query with no token of its own ("") falls back to its nuggets.
+        if query and self.query == "tokens" and len(words):
+            idx = words
+            spans = [(int(a), int(b)) for a, b in tokens.offsets[idx]]
         else:
             idx = np.flatnonzero(tokens.selected)
             spans = nugget_spans(tokens.offsets, tokens.special, idx, len(passage.text))

@@ -148,6 +148,9 @@ def test_encoder_units_queries_and_config(tiny, nugget_dir):
     tokens = NuggetEncoder(tiny, weights=str(nugget_dir), ratio=0.25, query="tokens")
     (q_tokens,) = tokens.encode_queries([text])
     assert len(q_nuggets.vectors) == len(enc.vectors) and len(q_tokens.vectors) == n - 2
+    for mode in (encoder, tokens):  # an empty query has only specials: it still gets its nugget
+        (empty,) = mode.encode_queries([""])
+        assert len(empty.vectors) == 1
     with pytest.raises(ValueError, match="query mode"):
         NuggetEncoder(tiny, weights=str(nugget_dir), query="words")
     with pytest.raises(ValueError, match="differ"):
