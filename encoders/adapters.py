@@ -50,6 +50,14 @@ def lora_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu() for k, v in model.state_dict().items() if "lora_" in k}
 
 
+def adapter_stages(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The adapter rounds a weights config records, in order: `adapters`, or
+    a lone `lora` entry, which is one round whose tensors are under "lora."."""
+    if config.get("adapters"):
+        return list(config["adapters"])
+    return [config["lora"] | {"prefix": "lora."}] if config.get("lora") else []
+
+
 def merged_stages(model: nn.Module, stages: list[dict[str, Any]], state: dict[str, torch.Tensor], source: str | Path) -> nn.Module:
     """A private copy of `model` with several rounds of adapters merged in
     order (a model adapted, merged, then adapted again: AE, then DocSplit).

@@ -32,10 +32,10 @@ import torch
 from torch import nn
 
 from . import weights_path
-from .adapters import adapt, merged_stages
+from .adapters import adapt, adapter_stages, merged_stages
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, focus_mask, l2_normalize
-from .provenance import sha256_file
+from .provenance import verified_sha256
 from .units import Encoded, Kind, Passage
 
 QUERY_MODES = ("nuggets", "tokens")
@@ -290,8 +290,7 @@ def load_nugget(
         raise FileNotFoundError(f"no nugget weights at {path} (config.json missing); train them with `propdex train nugget`")
     config = json.loads((path / "config.json").read_text())
     state = load_file(str(path / "model.safetensors"))
-    # Adapter rounds in order; a lone "lora" entry is one round under "lora.".
-    stages = config.get("adapters") or ([config["lora"] | {"prefix": "lora."}] if config.get("lora") else [])
+    stages = adapter_stages(config)
     base = merged_stages(model, stages, state, path) if stages else model
     nugget = NuggetModel(base, config["layer"], config["ratio"], lora=lora, private=bool(stages))
     heads = {k: v for k, v in state.items() if k.split(".")[0] in ("scorer", "types", "w_v")}
@@ -325,9 +324,7 @@ class NuggetEncoder(Encoder):
         self.nugget, _, self.nugget_config = load_nugget(self.path, backbone.model)
         if self.nugget_config["backbone"] != backbone.name and not Path(weights).is_dir():
             raise ValueError(f"the packaged nugget weights were trained on {self.nugget_config['backbone']}, not {backbone.name}")
-        self.weights_sha256 = sha256_file(self.path / "model.safetensors")
-        if weights_sha256 is not None and weights_sha256 != self.weights_sha256:
-            raise ValueError(f"nugget weights {self.path} differ from the ones the index was built with")
+        self.weights_sha256 = verified_sha256(self.path, weights_sha256)
         self.nugget.to(backbone.device)
         self.ratio = float(ratio if ratio is not None else self.nugget_config["ratio"])
         if not 0 < self.ratio <= 1:

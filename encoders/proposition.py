@@ -24,10 +24,10 @@ import torch
 from torch import nn
 
 from . import WEIGHTS
-from .adapters import merged
+from .adapters import adapter_stages, merged_stages
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, cut_passages, span_pool
-from .provenance import sha256_file
+from .provenance import verified_sha256
 from .segment import PairSegmenter, Segmenter, word_spans, words
 from .text import is_wordlike
 from .units import Document, Encoded, Kind, Passage, Span
@@ -61,8 +61,8 @@ def load_weights(path: str | Path, model: nn.Module) -> tuple[PropositionHead, n
     state = load_file(str(path / "model.safetensors"))
     head = PropositionHead(config["dim"], config["hidden"], config["out_dim"])
     head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
-    if config.get("lora"):
-        model = merged(model, config["lora"], {k[5:]: v for k, v in state.items() if k.startswith("lora.")}, path)
+    if stages := adapter_stages(config):
+        model = merged_stages(model, stages, state, path)
     return head.eval(), model.eval(), config
 
 
@@ -84,9 +84,7 @@ class PropositionEncoder(Encoder):
         self.adapted = self.model is not backbone.model
         if self.head_config["backbone"] != backbone.name and head == "default":
             raise ValueError(f"the packaged proposition head was trained on {self.head_config['backbone']}, not {backbone.name}")
-        self.head_sha256 = sha256_file(self.head_path / "model.safetensors")
-        if head_sha256 is not None and head_sha256 != self.head_sha256:
-            raise ValueError(f"proposition head {self.head_path} has other weights than the index was built with")
+        self.head_sha256 = verified_sha256(self.head_path, head_sha256)
         self.layers = tuple(self.head_config.get("layers", (-1,)))
         self.query_segments = query_segments
         self._segmenter: Segmenter | None = None

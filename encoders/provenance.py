@@ -24,6 +24,15 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def verified_sha256(weights: str | Path, expected: str | None = None) -> str:
+    """sha256 of a weights directory's tensors (`model.safetensors`); a clear
+    error when an index was built with other weights (`expected`)."""
+    sha = sha256_file(Path(weights) / "model.safetensors")
+    if expected is not None and sha != expected:
+        raise ValueError(f"weights {weights} differ from the ones the index was built with")
+    return sha
+
+
 def library_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for name in ("propdex", "torch", "transformers", "peft", "faiss-cpu", "faiss-gpu", "numpy", "lmdb", "hnswlib"):

@@ -51,15 +51,13 @@ def load_adapted(weights: str, backbone: Backbone, expected_sha256: str | None =
 
     from safetensors.torch import load_file
 
-    from .adapters import merged_stages
-    from .provenance import sha256_file
+    from .adapters import adapter_stages, merged_stages
+    from .provenance import verified_sha256
 
     path = weights_path(weights)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no adapter weights at {path} (config.json missing)")
-    sha = sha256_file(path / "model.safetensors")
-    if expected_sha256 is not None and sha != expected_sha256:
-        raise ValueError(f"weights {path} differ from the ones the index was built with")
+    sha = verified_sha256(path, expected_sha256)
     config = json.loads((path / "config.json").read_text())
-    model = merged_stages(backbone.model, config["adapters"], load_file(str(path / "model.safetensors")), path)
+    model = merged_stages(backbone.model, adapter_stages(config), load_file(str(path / "model.safetensors")), path)
     return model.to(backbone.device).eval(), sha

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..adapters import adapt, lora_config, lora_state, upper_layers
+from ..adapters import adapt, adapter_stages, lora_config, lora_state, upper_layers
 from ..backbone import Backbone
 from ..provenance import command_line, hardware, library_versions, save_weights
 from ..text import split_sentences
@@ -171,7 +171,7 @@ def run_docsplit(
         # The scorer gets no gradient from MaxSim (TopK): it stays as trained.
         nugget.scorer.requires_grad_(False)
         state = load_file(str(Path(init) / "model.safetensors"))
-        previous = base.get("adapters") or ([base["lora"] | {"prefix": "lora."}] if base.get("lora") else [])
+        previous = adapter_stages(base)
         layers = nugget.lora_layers
     elif encoder == "single":
         base, previous, state = {"backbone": bb.name}, [], {}
