@@ -6,9 +6,11 @@ import csv
 import html
 import json
 import re
-from collections.abc import Iterator
+import random
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -136,6 +138,25 @@ def wiki_articles(folder: str | Path = WIKI_EXTRACTED, split: str = "train") -> 
                 else:
                     sections[-1][1].append(line)
             yield Article(attrs.get("id", ""), title, tuple((h, "\n".join(body)) for h, body in sections if body))
+
+
+T = TypeVar("T")
+
+
+def wiki_sample(folder: str | Path, split: str, n: int, items: Callable[[str], Iterable[T]], seed: int = 0) -> list[T]:
+    """Up to `n` training items drawn from the split's section texts (`items`
+    turns one section's text into zero or more): files in a seeded order,
+    read only until there are enough, then a seeded shuffle."""
+    rng = random.Random(seed)
+    files = wiki_files(folder, split)
+    rng.shuffle(files)
+    pool: list[T] = []
+    for path in files:
+        pool.extend(item for article in wiki_articles(path, split) for _, text in article.sections for item in items(text))
+        if len(pool) >= n:
+            break
+    rng.shuffle(pool)
+    return pool[:n]
 
 
 def packed_sentences(text: str, max_words: int) -> list[str]:

@@ -27,7 +27,8 @@ from ..adapters import adapt, adapter_stages, lora_config, lora_state, upper_lay
 from ..backbone import Backbone
 from ..provenance import command_line, hardware, library_versions, save_weights
 from ..text import split_sentences
-from .data import WIKI_EXTRACTED, WIKI_HELDOUT_FROM, wiki_articles, wiki_files
+from .data import WIKI_EXTRACTED, WIKI_HELDOUT_FROM, wiki_sample
+from .optim import adamw_with_warmup
 
 log = logging.getLogger(__name__)
 
@@ -102,21 +103,12 @@ class MeanSets(_Sets):
 
 def wiki_documents(folder: str | Path, n: int, min_sentences: int = 4, max_sentences: int = 10, seed: int = 0) -> list[list[str]]:
     """Up to `n` training documents: the first `max_sentences` sentences of
-    sections with at least `min_sentences`, from files in a seeded order."""
-    rng = random.Random(seed)
-    files = wiki_files(folder, "train")
-    rng.shuffle(files)
-    docs: list[list[str]] = []
-    for path in files:
-        for article in wiki_articles(path, "train"):
-            for _, text in article.sections:
-                sentences = [text[a:b] for a, b in split_sentences(text)][:max_sentences]
-                if len(sentences) >= min_sentences:
-                    docs.append(sentences)
-        if len(docs) >= n:
-            break
-    rng.shuffle(docs)
-    return docs[:n]
+    sections with at least `min_sentences`."""
+    def document(text: str) -> list[list[str]]:
+        sentences = [text[a:b] for a, b in split_sentences(text)][:max_sentences]
+        return [sentences] if len(sentences) >= min_sentences else []
+
+    return wiki_sample(folder, "train", n, document, seed)
 
 
 def train_docsplit(
@@ -126,9 +118,7 @@ def train_docsplit(
     """DocSplit over `documents` (lists of sentences); returns the loss per step."""
     rng = random.Random(seed)
     params = [p for p in sets.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-    warmup = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warmup, max(0.1, 1 - s / steps)))
+    opt, sched, _ = adamw_with_warmup(params, lr, steps)
     losses: list[float] = []
     bar = tqdm(range(steps), desc="train docsplit")
     for step in bar:

@@ -21,25 +21,16 @@ from tqdm.auto import tqdm
 from ..backbone import Backbone
 from ..nugget import NuggetDecoder, NuggetModel, _stack, nugget_weights
 from ..provenance import command_line, hardware, library_versions, save_weights
-from .data import WIKI_EXTRACTED, WIKI_HELDOUT_FROM, packed_sentences, wiki_articles, wiki_files
+from .data import WIKI_EXTRACTED, WIKI_HELDOUT_FROM, packed_sentences, wiki_sample
+from .optim import adamw_with_warmup
 
 log = logging.getLogger(__name__)
 
 
 def wiki_passages(folder: str | Path, split: str, n: int, max_words: int, seed: int = 0) -> list[str]:
-    """Up to `n` passages of at most `max_words` words from across the split:
-    articles in a seeded order, each section packed into sentence chunks."""
-    rng = random.Random(seed)
-    files = wiki_files(folder, split)
-    rng.shuffle(files)
-    pool: list[str] = []
-    for path in files:  # files in a seeded order, read only until there is enough
-        pool.extend(c for article in wiki_articles(path, split) for _, text in article.sections
-                    for c in packed_sentences(text, max_words) if len(c.split()) >= 8)
-        if len(pool) >= n:
-            break
-    rng.shuffle(pool)
-    return pool[:n]
+    """Up to `n` passages of at most `max_words` words (each section packed into
+    sentence chunks; chunks under 8 words dropped) from across the split."""
+    return wiki_sample(folder, split, n, lambda text: [c for c in packed_sentences(text, max_words) if len(c.split()) >= 8], seed)
 
 
 def reconstruction_loss(nugget: NuggetModel, decoder: NuggetDecoder, enc: dict[str, torch.Tensor], ratio: float,
@@ -83,9 +74,7 @@ def train_nugget(
     decoder = NuggetDecoder(_stack(nugget.encoder)[0].word_embeddings, layers=decoder_layers,
                             max_positions=max_length).to(bb.device)
     params = [p for p in (*nugget.parameters(), *decoder.parameters()) if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-    warmup = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warmup, max(0.1, 1 - s / steps)))
+    opt, sched, warmup = adamw_with_warmup(params, lr, steps)
     pad = bb.tokenizer.pad_token_id
 
     def tokenize(batch_texts: list[str]) -> dict[str, torch.Tensor]:
