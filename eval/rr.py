@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from encoders import Document, load_encoder
+from encoders import Document
 from encoders.text import split_sentences
 from encoders.training.data import wiki_articles
 
 from .bm25 import BM25Index
+from .run import System, system_encoder
 
 
 @dataclass(frozen=True)
@@ -105,10 +106,9 @@ def evaluate_rr(task: RRTask, systems: list[str], device: str = "auto") -> dict[
     cache: dict[str, dict[str, np.ndarray]] = {}
     out: dict[str, Any] = {"data": task.info, "systems": {}}
     for spec in systems:
-        name, _, rest = spec.partition(":")
-        options = dict(kv.split("=", 1) for kv in rest.split(":") if kv)
+        system = System.parse(spec)
         started = time.time()
-        if name == "bm25":
+        if system.name == "bm25":
             rrs = []
             for q in task.queries:
                 index = BM25Index((c, task.texts[c]) for c in q.candidates)
@@ -117,7 +117,7 @@ def evaluate_rr(task: RRTask, systems: list[str], device: str = "auto") -> dict[
             out["systems"][spec] = {"mrr": round(100 * float(np.mean(rrs)), 2), "seconds": round(time.time() - started, 1)}
             continue
         backbone = backbone or Backbone.load(device=device)
-        encoder = load_encoder(name, backbone=backbone, **{k: _value(v) for k, v in options.items()})
+        encoder = system_encoder(system, backbone)
         # Candidate vectors do not depend on how queries are encoded: reuse them.
         doc_key = repr({k: v for k, v in encoder.config().items() if k != "query"})
         if doc_key not in cache:
@@ -142,15 +142,6 @@ def evaluate_rr(task: RRTask, systems: list[str], device: str = "auto") -> dict[
             "encoder": encoder.config(),
         }
     return out
-
-
-def _value(v: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(v)
-        except ValueError:
-            pass
-    return v
 
 
 def markdown(result: dict[str, Any]) -> str:

@@ -33,7 +33,7 @@ from .bm25 import BM25Index
 from .datasets import Task, load_beir, load_hotpotqa, load_propsegment
 
 if TYPE_CHECKING:
-    from encoders import Backbone
+    from encoders import Backbone, Encoder
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +112,17 @@ def run_bm25(task: Task, system: System, level: str, depth: int) -> Outcome:
     return Outcome(rankings, scores, latencies, {"index_s": round(build_s, 3)})
 
 
-def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, backbone: "Backbone") -> Outcome:
+def system_encoder(system: System, backbone: "Backbone") -> "Encoder":
+    """The encoder a system spec names, with its encoder options (index and
+    search options stay out)."""
     options = {k: v for k, v in system.options.items() if k not in ("mask", "factory", "backend", "nprobe")}
     if "keep_punct" in options:
         options["drop_punct"] = options.pop("keep_punct") not in ("1", "true", "yes")
-    encoder = load_encoder(system.name, backbone=backbone, **options)
+    return load_encoder(system.name, backbone=backbone, **options)
+
+
+def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, backbone: "Backbone") -> Outcome:
+    encoder = system_encoder(system, backbone)
     corpus = corpus_for(task, system)
     key = hashlib.sha256("\n".join(f"{d.id}\t{d.text}\t{d.focus}" for d in corpus).encode()).hexdigest()[:12]
     # Search-time options (nprobe) do not change the index: reuse it.
