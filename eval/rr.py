@@ -49,7 +49,7 @@ def build_rr(folder: str | Path, n_queries: int = 1000, negatives: int = 19, max
     rng = random.Random(seed)
     articles = [a for a in wiki_articles(folder, "heldout")]
     pool: dict[str, str] = {}
-    owner: dict[str, int] = {}
+    sections_of: dict[int, set[str]] = {}  # article index -> its ids in the pool
     eligible = []
     for i, article in enumerate(articles):
         if not article.sections or article.sections[0][0] != "" or len(article.sections[0][1].split()) < min_words:
@@ -59,7 +59,7 @@ def build_rr(folder: str | Path, n_queries: int = 1000, negatives: int = 19, max
         for j, (heading, text) in enumerate(article.sections):
             if heading and len(text.split()) >= min_words:
                 pool[f"{article.id}#{j}"] = _cut(text, max_words)
-                owner[f"{article.id}#{j}"] = i
+                sections_of.setdefault(i, set()).add(f"{article.id}#{j}")
         if own:
             eligible.append((i, own))
     if len(eligible) < n_queries:
@@ -72,8 +72,7 @@ def build_rr(folder: str | Path, n_queries: int = 1000, negatives: int = 19, max
         article = articles[i]
         text = _cut(article.sections[0][1], max_words)
         gold = f"{article.id}#{rng.choice(own)}"
-        exclude = {k for k in ids if owner[k] == i}
-        hits = [h for h, _ in bm25.search(text, negatives, exclude=exclude)]
+        hits = [h for h, _ in bm25.search(text, negatives, exclude=sections_of.get(i, set()))]
         queries.append(RRQuery(article.id, text, (gold, *hits), gold))
     used = {c for q in queries for c in q.candidates}
     info = {"articles": len(articles), "pool_sections": len(pool), "queries": len(queries), "distinct_candidates": len(used),
