@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import WEIGHTS
+from . import weights_path
 from .adapters import adapter_stages, merged_stages
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, cut_passages, span_pool
@@ -75,8 +75,8 @@ class PropositionEncoder(Encoder):
         query_segments: bool = False, head_sha256: str | None = None,
     ) -> None:
         super().__init__(backbone, batch_size)
-        self.head_path = WEIGHTS / "proposition" if head == "default" else Path(head)
-        self.segmenter_path = WEIGHTS / "segmenter" if segmenter == "default" else Path(segmenter)
+        self.head_path = weights_path("proposition" if head == "default" else head)
+        self.segmenter_path = weights_path("segmenter" if segmenter == "default" else segmenter)
         self.head_name, self.segmenter_name = head, segmenter
         self.head, self.model, self.head_config = load_weights(self.head_path, backbone.model)
         self.head.to(backbone.device)
