@@ -31,6 +31,7 @@ _REGISTRY = {
     "tokens": "tokens:TokensEncoder",
     "proposition": "proposition:PropositionEncoder",
     "nugget": "nugget:NuggetEncoder",
+    "crossthought": "crossthought:CrossThoughtEncoder",
 }
 ENCODERS = tuple(_REGISTRY)
 

@@ -30,6 +30,7 @@ class TokenStates:
     special: np.ndarray  # (n,) bool
     ids: np.ndarray  # (n,) token ids
     selected: np.ndarray | None = None  # (n,) bool: tokens the encoder's model chose (nugget)
+    slots: torch.Tensor | None = None  # (prefix, dim) states of positions the encoder put before the tokens
 
 
 class Encoder(ABC):
@@ -42,6 +43,12 @@ class Encoder(ABC):
     layers: tuple[int, ...] | None = None
     # The network the states come from, when not the backbone's own (adapters).
     model: torch.nn.Module | None = None
+    # Positions the encoder's `run` puts in front of the tokenizer's (Cross-Thought's slots).
+    prefix: int = 0
+    # Vectors made of this many attention-logit blocks (query blocks against
+    # key blocks) are re-scored in stage 2 by the softmax over candidates
+    # averaged over blocks; 0: by the inner product itself.
+    attention_blocks: int = 0
 
     def __init__(self, backbone: Backbone, batch_size: int = 32) -> None:
         self.backbone = backbone
@@ -111,8 +118,10 @@ class Encoder(ABC):
         hidden = hidden.float().cpu()
         chosen = selected.cpu().numpy() if selected is not None else None
         lengths = mask.sum(1).tolist()
+        p = self.prefix
         return [
-            TokenStates(hidden[i, :n], offsets[i, :n], special[i, :n], ids[i, :n], None if chosen is None else chosen[i, :n])
+            TokenStates(hidden[i, p : p + n], offsets[i, :n], special[i, :n], ids[i, :n], None if chosen is None else chosen[i, :n],
+                        hidden[i, :p] if p else None)
             for i, n in enumerate(lengths)
         ]
 
@@ -122,8 +131,8 @@ class Encoder(ABC):
         return self.backbone.max_length
 
     def run(self, enc: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(batch, length, dim) states of a tokenized batch and, for encoders
-        that choose tokens, a (batch, length) bool mask of the choice."""
+        """(batch, prefix + length, dim) states of a tokenized batch and, for
+        encoders that choose tokens, a (batch, length) bool mask of the choice."""
         return hidden_states(self.backbone, enc, self.layers, self.model), None
 
     def passages(self, doc: Document) -> list[Passage]:

@@ -21,7 +21,7 @@ class Kind(IntEnum):
     PASSAGE = 0  # a whole passage (one or more sentences)
     TOKEN = 1  # one token
     PROPOSITION = 2  # a set of possibly non-contiguous spans of one sentence
-    SLOT = 3  # one special-token slot of a short sequence
+    SLOT = 3  # a short sequence, represented through its special-token slots (Cross-Thought)
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,8 @@ class Unit:
 
 @dataclass
 class Encoded:
-    """Vectors (float32, L2-normalised rows) and one unit per row."""
+    """Vectors (float32) and one unit per row. Rows are L2-normalised, except
+    an encoder's whose vectors are attention-logit blocks (Cross-Thought)."""
 
     vectors: np.ndarray
     units: list[Unit] = field(default_factory=list)

@@ -3,6 +3,8 @@
 Every score here is one formula, sum_i max_{j in G} <q_i, d_j>, for a group G
 of a document's vectors: the whole document (MaxSim), one sentence, or one
 unit. With a single query vector it is simply the best unit in the group.
+Cross-Thought first turns its block inner products into attention weights
+(`attention`); the groups then take the best unit's weight the same way.
 """
 from __future__ import annotations
 
@@ -12,6 +14,23 @@ import numpy as np
 def similarities(queries: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     """(m, n) inner products; float16 storage is widened to float32 first."""
     return queries.astype(np.float32, copy=False) @ vectors.astype(np.float32, copy=False).T
+
+
+def block_logits(query: np.ndarray, vectors: np.ndarray, blocks: int) -> np.ndarray:
+    """(blocks, n) inner products of one query vector with n vectors, block by
+    block (Cross-Thought: a block is one slot and head, its product a logit)."""
+    q = query.astype(np.float32, copy=False).reshape(blocks, -1)
+    v = vectors.astype(np.float32, copy=False).reshape(len(vectors), blocks, -1)
+    return np.einsum("be,nbe->bn", q, v)
+
+
+def attention(logits: np.ndarray) -> np.ndarray:
+    """Cross-Thought's alpha: per block, the softmax of the (blocks, n) logits
+    over the n candidates, then the mean over blocks: (n,)."""
+    if logits.shape[1] == 0:
+        return np.zeros(0, np.float32)
+    weights = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return (weights / weights.sum(axis=1, keepdims=True)).mean(axis=0).astype(np.float32)
 
 
 def maxsim(sim: np.ndarray) -> float:

@@ -2,8 +2,9 @@
 
 Stage 1 sends every query vector to every shard's ANN index (shards in
 parallel) and estimates a MaxSim score per candidate document from the hits.
-Stage 2 re-scores the best candidates exactly from their stored vectors and
-aggregates to the level asked for: document, sentence or unit.
+Stage 2 re-scores the best candidates exactly from their stored vectors
+(MaxSim, or Cross-Thought's attention over the candidates) and aggregates to
+the level asked for: document, sentence or unit.
 """
 from __future__ import annotations
 
@@ -213,6 +214,9 @@ class Searcher:
         by_shard: dict[int, list[int]] = {}
         for key in chosen.tolist():
             by_shard.setdefault(key >> 32, []).append(key & 0xFFFFFFFF)
+        blocks = self.encoder.attention_blocks
+        if blocks and m != 1:
+            raise ValueError(f"attention scoring takes one query vector, got {m}")
         out = []
         for shard, ordinals in by_shard.items():
             store = self.shards[shard].store
@@ -222,11 +226,19 @@ class Searcher:
             if not stored:
                 continue
             # One widening and one matrix product for all candidates of the shard.
-            sims = scoring.similarities(q, np.concatenate([v for v, _ in stored]))
+            flat = np.concatenate([v for v, _ in stored])
+            sims = scoring.block_logits(q, flat, blocks) if blocks else scoring.similarities(q, flat)
             bounds = np.cumsum([0] + [len(v) for v, _ in stored])
             for i, (o, (_, sen)) in enumerate(zip(ordinals, stored)):
-                sim = sims[:, bounds[i] : bounds[i + 1]]
-                out.append(_Candidate(shard, o, sim, sen, scoring.maxsim(sim)))
+                out.append(_Candidate(shard, o, sims[:, bounds[i] : bounds[i + 1]], sen, 0.0))
+        if blocks and out:
+            # The softmax runs over every candidate unit of every shard at once.
+            alpha = scoring.attention(np.concatenate([c.sim for c in out], axis=1))
+            bounds = np.cumsum([0] + [c.sim.shape[1] for c in out])
+            for i, c in enumerate(out):
+                c.sim = alpha[None, bounds[i] : bounds[i + 1]]
+        for c in out:
+            c.score = scoring.maxsim(c.sim)
         out.sort(key=lambda c: (-c.score, c.shard, c.ordinal))
         return out[:n_rerank]
 

@@ -1,0 +1,338 @@
+"""`crossthought`: short sequences read through N special-token slots.
+
+Cross-Thought (Wang et al., 2020). Text is cut into contiguous sequences of
+at most 64 tokens; N new slot embeddings are put in front of each and the
+backbone encodes every sequence on its own. The slots' final states E (N, d)
+are the sequence's embedding.
+
+Pre-training (`propdex train crossthought`) sends slot n of every sequence in
+a sample through one cross-sequence Transformer layer, in which slot n
+attends only to slot n of the *other* sequences; a top layer over
+[cross-slot outputs; the sequence's word states] predicts masked words. Words
+a short sequence cannot recover from itself must come through the slots of
+its neighbours, which is what trains the slots to carry meaning and the
+cross layer's W^Q, W^K to find the right neighbour.
+
+Retrieval uses that attention directly. The logit of query q against
+sequence c for slot n and head h is <W^Q_h E_q[n] + b_h, W^K_h E_c[n]> / sqrt(d_h),
+so a sequence is stored as its N*H key blocks side by side and a query as
+its N*H (scaled) query blocks: their inner product is the sum of the logits,
+an exact inner-product search in FAISS. Stage 2 re-scores the candidates by
+the paper's alpha, the softmax over candidates averaged over heads and slots
+(`retriever.scoring.attention`). The control model (masked LM only, no cross
+layer) has no W^Q, W^K; it is scored by the cosine of its slot states,
+averaged over slots, as the paper scores its MLM baselines.
+"""
+from __future__ import annotations
+
+import bisect
+import copy
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from . import weights_path
+from .adapters import adapt, adapter_stages, lora_config, lora_state, merged_stages
+from .backbone import Backbone
+from .base import Encoder, SentenceLocator, TokenStates, _n_specials
+from .nugget import _stack
+from .provenance import verified_sha256
+from .units import Document, Encoded, Kind, Passage
+
+SEQUENCE_TOKENS = 64
+DEFAULT_WEIGHTS = "crossthought-5"
+
+
+def cut_sequences(word_start: np.ndarray, length: int = SEQUENCE_TOKENS) -> list[tuple[int, int]]:
+    """Contiguous [a, b) token ranges of at most `length` tokens covering all
+    n tokens once and in order. A cut goes before the last word start that
+    fits, so a word is not split (unless it alone is longer than `length`):
+    the text of a range then tokenizes back to exactly its tokens."""
+    if length < 1:
+        raise ValueError(f"sequence length must be at least 1, got {length}")
+    n = len(word_start)
+    starts = np.flatnonzero(word_start).tolist()
+    ranges, a = [], 0
+    while a < n:
+        b = min(a + length, n)
+        if b < n and not word_start[b]:
+            back = starts[bisect.bisect_right(starts, b) - 1] if starts else a
+            b = back if back > a else b
+        ranges.append((a, b))
+        a = b
+    return ranges
+
+
+def word_starts(offsets: np.ndarray) -> np.ndarray:
+    """Tokens that begin a whitespace-separated word: the first token, and any
+    with a gap since the previous token's end (tokenizer-agnostic)."""
+    starts = np.ones(len(offsets), dtype=bool)
+    if len(offsets) > 1:
+        starts[1:] = offsets[1:, 0] > offsets[:-1, 1]
+    return starts
+
+
+def sequence_passages(doc: Document, backbone: Backbone, length: int = SEQUENCE_TOKENS) -> list[Passage]:
+    """A document cut into short sequences, one `Passage` each; sequences
+    holding no focus span are left out."""
+    enc = backbone.tokenizer(doc.text, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
+    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    locate = SentenceLocator(doc)
+    passages = []
+    for a, b in cut_sequences(word_starts(offsets), length):
+        start, end = int(offsets[a, 0]), int(offsets[b - 1, 1])
+        if doc.focus and not any(fa < end and fb > start for fa, fb in doc.focus):
+            continue
+        passages.append(Passage(doc, start, end, locate.sentence_of(start)))
+    return passages
+
+
+class CrossLayer(nn.Module):
+    """The cross-sequence Transformer layer (post-norm, no positions): slot n
+    of each sequence attends to slot n of the other sequences, never to
+    another slot and never to itself.
+
+    W^Q and W^K start as the identity, so before training the logit is the
+    backbone's own inner product of two slot states: the attention starts
+    from the pretrained geometry rather than from noise.
+    """
+
+    def __init__(self, dim: int, heads: int, ffn: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"hidden size {dim} is not divisible by {heads} heads")
+        self.heads, self.head_dim = heads, dim // heads
+        self.q = nn.Linear(dim, dim)
+        # No key bias: it adds the same q.b to every candidate's logit, which a softmax over candidates ignores.
+        self.k = nn.Linear(dim, dim, bias=False)
+        self.v = nn.Linear(dim, dim)
+        self.o = nn.Linear(dim, dim)
+        with torch.no_grad():
+            self.q.weight.copy_(torch.eye(dim))
+            self.q.bias.zero_()
+            self.k.weight.copy_(torch.eye(dim))
+        self.norm1 = nn.LayerNorm(dim)
+        self.ffn = nn.Sequential(nn.Linear(dim, ffn), nn.GELU(), nn.Linear(ffn, dim))
+        self.norm2 = nn.LayerNorm(dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def queries(self, slots: torch.Tensor) -> torch.Tensor:
+        """(..., d) slot states -> (..., heads, d_h) query blocks, scaled by 1/sqrt(d_h)."""
+        return self.q(slots).unflatten(-1, (self.heads, self.head_dim)) / math.sqrt(self.head_dim)
+
+    def keys(self, slots: torch.Tensor) -> torch.Tensor:
+        """(..., d) slot states -> (..., heads, d_h) key blocks."""
+        return self.k(slots).unflatten(-1, (self.heads, self.head_dim))
+
+    def attention(self, slots: torch.Tensor) -> torch.Tensor:
+        """(M, N, d) slots of M sequences -> alpha (N, heads, M, M); row m is
+        how sequence m's slot n attends over the other sequences' slot n."""
+        logits = torch.einsum("mnhe,jnhe->nhmj", self.queries(slots), self.keys(slots))
+        itself = torch.eye(len(slots), dtype=torch.bool, device=slots.device)
+        return logits.masked_fill(itself, float("-inf")).softmax(-1)
+
+    def forward(self, slots: torch.Tensor) -> torch.Tensor:
+        """(M, N, d) -> (M, N, d); needs M >= 2 (a sequence needs others to read)."""
+        if len(slots) < 2:
+            raise ValueError("the cross layer needs at least 2 sequences")
+        alpha = self.dropout(self.attention(slots))
+        values = self.v(slots).unflatten(-1, (self.heads, self.head_dim))
+        mixed = torch.einsum("nhmj,jnhe->mnhe", alpha, values).flatten(-2)
+        x = self.norm1(slots + self.dropout(self.o(mixed)))
+        return self.norm2(x + self.dropout(self.ffn(x)))
+
+
+class MaskedWordHead(nn.Module):
+    """Top layer over [slots; word states] and the masked-word classifier,
+    whose output matrix is the backbone's (frozen) word embeddings."""
+
+    def __init__(self, word_embeddings: nn.Embedding, heads: int, ffn: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        dim = word_embeddings.embedding_dim
+        self._words = (word_embeddings,)  # the backbone's: not saved here
+        self.layer = nn.TransformerEncoderLayer(dim, heads, ffn, dropout, activation="gelu", batch_first=True)
+        self.transform = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.LayerNorm(dim))
+        self.bias = nn.Parameter(torch.zeros(word_embeddings.num_embeddings))
+
+    def forward(self, slots: torch.Tensor, words: torch.Tensor, padding: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+        """Vocabulary logits at the word positions `where` (a (b, L) bool
+        mask); `padding` (b, L) marks padded word positions."""
+        n = slots.shape[1]
+        pad = torch.cat([torch.zeros_like(padding[:, :1]).expand(-1, n), padding], 1)
+        out = self.layer(torch.cat([slots, words], 1), src_key_padding_mask=pad)[:, n:]
+        return self.transform(out[where]) @ self._words[0].weight.detach().T + self.bias
+
+
+class CrossThoughtModel(nn.Module):
+    """Backbone (private copy, LoRA on the upper layers) + N slot embeddings +
+    cross layer (None: the masked-LM control) + masked-word head."""
+
+    def __init__(self, model: nn.Module, slots: int, cross: bool = True, lora: int = 8, ffn: int | None = None,
+                 lora_layers: list[int] | None = None, private: bool = False) -> None:
+        super().__init__()
+        if slots < 1:
+            raise ValueError(f"need at least one slot, got {slots}")
+        n_layers = len(_stack(model)[1])
+        self.n_slots, self.lora = slots, lora
+        self.lora_layers = lora_layers if lora_layers is not None else list(range(n_layers // 2, n_layers))
+        self.encoder = adapt(model, lora, self.lora_layers) if lora else model if private else copy.deepcopy(model)
+        for name, p in self.encoder.named_parameters():
+            p.requires_grad_("lora_" in name)
+        embeddings = _stack(self.encoder)[0]
+        config = model.config
+        dim, heads = int(config.hidden_size), int(config.num_attention_heads)
+        self.ffn = ffn or dim
+        # New embeddings near [CLS]'s, each nudged apart so the slots can specialise.
+        cls_id = getattr(config, "cls_token_id", None) or 101
+        start = embeddings.word_embeddings.weight[min(cls_id, embeddings.word_embeddings.num_embeddings - 1)].detach()
+        self.slots = nn.Parameter(start.repeat(slots, 1) + 0.02 * torch.randn(slots, dim))
+        self.cross = CrossLayer(dim, heads, self.ffn) if cross else None
+        self.head = MaskedWordHead(embeddings.word_embeddings, heads, self.ffn)
+
+    @property
+    def heads(self) -> int:
+        return self.head.layer.self_attn.num_heads
+
+    def states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(slot states (b, N, d), word states (b, L, d)) of tokenized sequences.
+
+        The words keep the positions the backbone was trained with ([CLS] at
+        0); the slots sit in front at position 0, their learnt embeddings
+        telling them apart."""
+        b, n = input_ids.shape[0], self.n_slots
+        words = _stack(self.encoder)[0].word_embeddings(input_ids)
+        inputs = torch.cat([self.slots.to(words.dtype).expand(b, -1, -1), words], 1)
+        positions = torch.cat([torch.zeros(n, dtype=torch.long), torch.arange(input_ids.shape[1])]).to(input_ids.device)
+        mask = torch.cat([attention_mask.new_ones(b, n), attention_mask], 1)
+        hidden = self.encoder(
+            inputs_embeds=inputs, attention_mask=mask, position_ids=positions.expand(b, -1),
+            token_type_ids=torch.zeros_like(mask),
+        ).last_hidden_state
+        return hidden[:, :n], hidden[:, n:]
+
+    def masked_lm_loss(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the masked words (labels != -100) of one sample:
+        the batch's sequences are the M sequences the cross layer mixes."""
+        slots, words = self.states(input_ids, attention_mask)
+        mixed = self.cross(slots) if self.cross is not None else slots
+        where = labels != -100
+        logits = self.head(mixed, words, attention_mask == 0, where)
+        return nn.functional.cross_entropy(logits, labels[where])
+
+    def head_state(self) -> dict[str, torch.Tensor]:
+        """Slots, cross layer and masked-word head (adapters: `adapters.lora_state`)."""
+        return {k: v.detach().cpu() for k, v in self.state_dict().items() if not k.startswith("encoder.")}
+
+
+def mask_words(input_ids: torch.Tensor, maskable: torch.Tensor, mask_id: int, vocab: int, rate: float = 0.15,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's masking: `rate` of the maskable tokens become targets; of those
+    80% are replaced by [MASK], 10% by a random token, 10% kept. Returns
+    (inputs, labels with -100 where nothing is predicted)."""
+    draw = torch.rand(input_ids.shape, generator=generator)
+    target = (draw < rate) & maskable
+    labels = input_ids.masked_fill(~target, -100)
+    how = torch.rand(input_ids.shape, generator=generator)
+    inputs = input_ids.masked_fill(target & (how < 0.8), mask_id)
+    swap = target & (how >= 0.8) & (how < 0.9)
+    inputs = torch.where(swap, torch.randint(vocab, input_ids.shape, generator=generator), inputs)
+    return inputs, labels
+
+
+def crossthought_weights(model: CrossThoughtModel, backbone: str, length: int) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """What `load_crossthought` reads back: the slots and W^Q, W^K in float32
+    (they make the vectors), the rest of the cross layer and the masked-word
+    head in float16 (only training reads them), the adapters as one stage
+    under "lora."."""
+    exact = ("slots", "cross.q.weight", "cross.q.bias", "cross.k.weight")
+    state = {k: (v if k in exact else v.half()) for k, v in model.head_state().items()}
+    state.update({f"lora.{k}": v for k, v in lora_state(model.encoder).items()})
+    config = {
+        "backbone": backbone, "slots": model.n_slots, "sequence_tokens": length, "cross": model.cross is not None,
+        "heads": model.heads, "ffn": model.ffn,
+        "adapters": [lora_config(model.lora, model.lora_layers) | {"prefix": "lora.", "stage": "cross-thought"}] if model.lora else [],
+    }
+    return state, config
+
+
+def load_crossthought(path: str | Path, model: nn.Module) -> tuple[CrossThoughtModel, dict[str, Any]]:
+    """The trained model, its adapters merged into a private copy of `model`."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no Cross-Thought weights at {path} (config.json missing); train them with `propdex train crossthought`")
+    config = json.loads((path / "config.json").read_text())
+    state = load_file(str(path / "model.safetensors"))
+    stages = adapter_stages(config)
+    base = merged_stages(model, stages, state, path) if stages else model
+    ct = CrossThoughtModel(base, config["slots"], cross=config["cross"], lora=0, ffn=config["ffn"], private=bool(stages))
+    heads = {k: v.float() for k, v in state.items() if not k.startswith("lora.")}
+    result = ct.load_state_dict(heads, strict=False)
+    if [k for k in result.missing_keys if not k.startswith("encoder.")] or result.unexpected_keys:
+        raise ValueError(f"{path}: Cross-Thought weights do not fit ({(result.missing_keys + result.unexpected_keys)[:3]})")
+    return ct.eval(), config
+
+
+class CrossThoughtEncoder(Encoder):
+    """One unit per short sequence; its vector is its N slots' key blocks
+    (queries: query blocks), or, for the control, its unit slot states / sqrt(N)."""
+
+    name = "crossthought"
+    kind = Kind.SLOT
+
+    def __init__(self, backbone: Backbone, batch_size: int = 32, weights: str = DEFAULT_WEIGHTS,
+                 weights_sha256: str | None = None) -> None:
+        super().__init__(backbone, batch_size)
+        self.weights_name = weights
+        self.path = weights_path(weights)
+        self.ct, self.ct_config = load_crossthought(self.path, backbone.model)
+        if self.ct_config["backbone"] != backbone.name and not Path(weights).is_dir():
+            raise ValueError(f"the packaged Cross-Thought weights were trained on {self.ct_config['backbone']}, not {backbone.name}")
+        self.weights_sha256 = verified_sha256(self.path, weights_sha256)
+        self.ct.to(backbone.device)
+        self.length = int(self.ct_config["sequence_tokens"])
+        self.prefix = self.ct.n_slots
+
+    @property
+    def dim(self) -> int:
+        return self.ct.n_slots * self.backbone.dim
+
+    @property
+    def attention_blocks(self) -> int:
+        return self.ct.n_slots * self.ct.heads if self.ct.cross is not None else 0
+
+    @property
+    def max_length(self) -> int:
+        return self.length + _n_specials(self.backbone)
+
+    def options(self) -> dict[str, Any]:
+        return {"weights": self.weights_name, "weights_sha256": self.weights_sha256}
+
+    def passages(self, doc: Document) -> list[Passage]:
+        return sequence_passages(doc, self.backbone, self.length)
+
+    def run(self, enc: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ids, mask = (enc[k].to(self.backbone.device) for k in ("input_ids", "attention_mask"))
+        slots, words = self.ct.states(ids, mask)
+        return torch.cat([slots, words], 1), None
+
+    @torch.inference_mode()
+    def vectors(self, slots: torch.Tensor, *, query: bool) -> np.ndarray:
+        """(b, N, d) slot states -> (b, N*d) vectors for the inner-product index."""
+        cross = self.ct.cross
+        if cross is None:
+            out = nn.functional.normalize(slots.float(), dim=-1) / math.sqrt(slots.shape[1])
+        else:
+            out = cross.queries(slots) if query else cross.keys(slots)
+        return out.flatten(1).float().cpu().numpy()
+
+    def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
+        assert tokens.slots is not None
+        unit = SentenceLocator(passage.doc).unit([(passage.start, passage.end)], Kind.SLOT)
+        return Encoded(self.vectors(tokens.slots[None], query=query), [unit])
