@@ -42,7 +42,9 @@ DEFAULT_LEVEL = {"hotpotqa": "doc", "beir": "doc", "propsegment": "unit"}
 # PropSegment: sentence/document rankings de-duplicate a proposition ranking
 # at least 5x deeper than the deepest cut-off (R@20).
 PROPSEGMENT_DEPTH = 100
-SEARCH_OPTIONS = ("nprobe",)
+# Options that change how an index is searched, not the index: its build is reused.
+# bm25=N: re-rank exactly BM25's top N per query instead of the ANN's candidates.
+SEARCH_OPTIONS = ("nprobe", "bm25")
 
 
 @dataclass
@@ -115,7 +117,7 @@ def run_bm25(task: Task, system: System, level: str, depth: int) -> Outcome:
 def system_encoder(system: System, backbone: "Backbone") -> "Encoder":
     """The encoder a system spec names, with its encoder options (index and
     search options stay out)."""
-    options = {k: v for k, v in system.options.items() if k not in ("mask", "factory", "backend", "nprobe")}
+    options = {k: v for k, v in system.options.items() if k not in ("mask", "factory", "backend", *SEARCH_OPTIONS)}
     if "keep_punct" in options:
         options["drop_punct"] = options.pop("keep_punct") not in ("1", "true", "yes")
     return load_encoder(system.name, backbone=backbone, **options)
@@ -137,10 +139,12 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     searcher = Searcher.load(out, encoder=encoder, nprobe=nprobe)
     search_level = "doc" if task.prop_text else level
     queries = queries_for(task, system)
+    pools = bm25_pools(task, int(system.options["bm25"])) if "bm25" in system.options else None
     rankings, scores, latencies = {}, {}, []
     for q, query in zip(task.queries, queries):
         t = time.perf_counter()
-        hits = searcher.search(query, k=depth, level=search_level, exclude=[task.exclude.get(q.id, set())])
+        hits = searcher.search(query, k=depth, level=search_level, exclude=[task.exclude.get(q.id, set())],
+                               within=[pools[q.id]] if pools else None)
         latencies.append((time.perf_counter() - t) * 1000)
         rankings[q.id] = [(h.doc_id, h.sentence_index) if search_level == "sentence" else h.doc_id for h in hits]
         scores[q.id] = [h.score for h in hits]
@@ -161,6 +165,20 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
         "backbone_sha256": manifest["backbone"]["weights_sha256"],
         "index_dir": str(out),
     })
+
+
+def bm25_pools(task: Task, n: int) -> dict[str, list[str]]:
+    """BM25's top `n` document ids per query: the pool an encoder re-ranks
+    under `bm25=N` (Cross-Thought's unsupervised HotpotQA setting is N = 200)."""
+    if n < 1:
+        raise ValueError(f"bm25 pool size must be at least 1, got {n}")
+    ids = [d.id for d in task.corpus]
+    index = BM25Index((str(i), task.index_text(d)) for i, d in enumerate(task.corpus))
+    position = {d: str(i) for i, d in enumerate(ids)}
+    return {
+        q.id: [ids[int(i)] for i, _ in index.search(q.text, n, exclude={position[k] for k in task.exclude.get(q.id, ()) if k in position})]
+        for q in task.queries
+    }
 
 
 def _slug(name: str) -> str:

@@ -34,6 +34,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nugget-query", choices=("nuggets", "tokens"), default="nuggets",
                    help="nugget encoder: encode queries as nuggets or as all their tokens")
     p.add_argument("--nugget-weights", default="default", help="nugget encoder: default (AE + DocSplit), ae, or a weights directory")
+    p.add_argument("--crossthought-weights", default="crossthought-5",
+                   help="crossthought encoder: crossthought-1|3|5 (N slots), crossthought-mlm-1 (the masked-LM control), or a weights directory")
     p.add_argument("--limit", type=int, help="index at most N documents")
     p.set_defaults(run=run_index)
 
@@ -48,6 +50,8 @@ def run_index(args: argparse.Namespace) -> int:
         options["query_segments"] = args.query_segments
     if args.encoder == "nugget":
         options |= {"ratio": args.nugget_ratio, "query": args.nugget_query, "weights": args.nugget_weights}
+    if args.encoder == "crossthought":
+        options["weights"] = args.crossthought_weights
     encoder = load_encoder(args.encoder, backbone=args.backbone, device=args.device, batch_size=args.batch_size, **options)
     inputs = {"paths": [str(Path(p).resolve()) for p in args.inputs], "format": args.format, "limit": args.limit}
     records = read_corpus(args.inputs, args.format)

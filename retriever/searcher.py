@@ -143,10 +143,13 @@ class Searcher:
         candidates: int | None = None,
         rerank: int | None = None,
         exclude: Sequence[set[str]] | None = None,
+        within: Sequence[Sequence[str]] | None = None,
     ) -> list[list[Hit]]:
         """Search many queries; `candidates` = ANN hits per query vector and shard,
         `rerank` = documents re-scored exactly per query, `exclude` = doc ids to
-        leave out of each query's results."""
+        leave out of each query's results. `within` skips stage 1: each query
+        re-scores exactly the documents listed for it (another retriever's
+        candidates, BM25's top 200 say); ids not in the index are ignored."""
         if level not in LEVELS:
             raise ValueError(f"unknown level {level!r}; choose from {', '.join(LEVELS)}")
         if k < 1:
@@ -154,6 +157,8 @@ class Searcher:
         for q in queries:
             if not (q.text if isinstance(q, Document) else q).strip():
                 raise ValueError("empty query")
+        if within is not None and len(within) != len(queries):
+            raise ValueError(f"within lists {len(within)} candidate sets for {len(queries)} queries")
         if nprobe is not None:
             self._set_nprobe(nprobe)
         encoded = self.encoder.encode_queries(list(queries))
@@ -161,14 +166,20 @@ class Searcher:
         # Multi-vector queries spread their budget over many vectors.
         per_vector = candidates or (64 if max(sizes) > 1 else max(100, 10 * k))
         n_rerank = rerank or max(100, 2 * k)
-        hits = self._stage1(np.concatenate([e.vectors for e in encoded]), per_vector)  # one ANN call for the batch
+        if within is None:
+            hits = self._stage1(np.concatenate([e.vectors for e in encoded]), per_vector)  # one ANN call for the batch
         results = []
         start = 0
         for qi, e in enumerate(encoded):
             rows = slice(start, start + sizes[qi])
             start += sizes[qi]
             skip = exclude[qi] if exclude else set()
-            cands = self._stage2(e.vectors, [(s, h[0][rows], h[1][rows]) for s, h in enumerate(hits)], n_rerank, skip)
+            if within is None:
+                chosen = self._candidates(len(e.vectors), [(s, h[0][rows], h[1][rows]) for s, h in enumerate(hits)], n_rerank + len(skip))
+            else:
+                chosen = self._locate(within[qi])
+                n_rerank = max(n_rerank, len(chosen))
+            cands = self._stage2(e.vectors, chosen, n_rerank, skip)
             results.append(self._aggregate(cands, k, level))
         return results
 
@@ -188,10 +199,9 @@ class Searcher:
         return list(self._pool.map(one, self.shards))
 
     # -- stage 2 ---------------------------------------------------------------------
-    def _stage2(
-        self, q: np.ndarray, hits: list[tuple[int, np.ndarray, np.ndarray]], n_rerank: int, exclude: set[str]
-    ) -> list[_Candidate]:
-        m = len(q)
+    @staticmethod
+    def _candidates(m: int, hits: list[tuple[int, np.ndarray, np.ndarray]], n: int) -> np.ndarray:
+        """The `n` documents (keys shard << 32 | ordinal) with the best stage-1 MaxSim estimates."""
         keys, scores, query_of = [], [], []
         for shard, s, d in hits:
             valid = d >= 0
@@ -200,7 +210,7 @@ class Searcher:
             query_of.append(np.nonzero(valid)[0])
         keys_all = np.concatenate(keys) if keys else np.zeros(0, np.int64)
         if len(keys_all) == 0:
-            return []
+            return keys_all
         scores_all = np.concatenate(scores)
         query_all = np.concatenate(query_of)
         # Each query vector's weakest retrieved score over all shards bounds what it missed.
@@ -208,9 +218,22 @@ class Searcher:
         np.minimum.at(floor, query_all, scores_all)
         floor[~np.isfinite(floor)] = 0.0
         docs, approx = scoring.approximate_doc_scores(scores_all, keys_all, m, query_all, floor)
-        order = np.argsort(-approx, kind="stable")
-        chosen = docs[order[: n_rerank + len(exclude)]]
+        return docs[np.argsort(-approx, kind="stable")[:n]]
 
+    def _locate(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """Keys of the listed documents that the index holds, in the order given."""
+        keys = []
+        for doc_id in dict.fromkeys(doc_ids):
+            for s, shard in enumerate(self.shards):
+                ordinal = shard.store.ordinal(doc_id)
+                if ordinal is not None:
+                    keys.append((s << 32) | ordinal)
+                    break
+        return np.array(keys, dtype=np.int64)
+
+    def _stage2(self, q: np.ndarray, chosen: np.ndarray, n_rerank: int, exclude: set[str]) -> list[_Candidate]:
+        """Exact scores of the chosen documents; the best `n_rerank`, best first."""
+        m = len(q)
         by_shard: dict[int, list[int]] = {}
         for key in chosen.tolist():
             by_shard.setdefault(key >> 32, []).append(key & 0xFFFFFFFF)
