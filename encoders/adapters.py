@@ -66,3 +66,11 @@ def merged_stages(model: nn.Module, stages: list[dict[str, Any]], state: dict[st
         prefix = stage["prefix"]
         model = merged(model, stage, {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}, source)
     return model
+
+
+def layer_stack(model: nn.Module) -> tuple[nn.Module, nn.ModuleList]:
+    """The embeddings and the layer list of a BERT-style encoder (also inside a peft wrapper)."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and name.endswith("encoder.layer"):
+            return model.get_submodule(name[: -len("encoder.layer")] + "embeddings"), module
+    raise ValueError("this encoder needs a BERT-style backbone (embeddings + encoder.layer)")

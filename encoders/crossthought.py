@@ -37,10 +37,9 @@ import torch
 from torch import nn
 
 from . import weights_path
-from .adapters import adapt, adapter_stages, lora_config, lora_state, merged_stages
+from .adapters import adapt, adapter_stages, layer_stack, lora_config, lora_state, merged_stages
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, _n_specials
-from .nugget import _stack
 from .provenance import verified_sha256
 from .units import Document, Encoded, Kind, Passage
 
@@ -177,13 +176,13 @@ class CrossThoughtModel(nn.Module):
         super().__init__()
         if slots < 1:
             raise ValueError(f"need at least one slot, got {slots}")
-        n_layers = len(_stack(model)[1])
+        n_layers = len(layer_stack(model)[1])
         self.n_slots, self.lora = slots, lora
         self.lora_layers = lora_layers if lora_layers is not None else list(range(n_layers // 2, n_layers))
         self.encoder = adapt(model, lora, self.lora_layers) if lora else model if private else copy.deepcopy(model)
         for name, p in self.encoder.named_parameters():
             p.requires_grad_("lora_" in name)
-        embeddings = _stack(self.encoder)[0]
+        embeddings = layer_stack(self.encoder)[0]
         config = model.config
         dim, heads = int(config.hidden_size), int(config.num_attention_heads)
         self.ffn = ffn or dim
@@ -205,7 +204,7 @@ class CrossThoughtModel(nn.Module):
         0); the slots sit in front at position 0, their learnt embeddings
         telling them apart."""
         b, n = input_ids.shape[0], self.n_slots
-        words = _stack(self.encoder)[0].word_embeddings(input_ids)
+        words = layer_stack(self.encoder)[0].word_embeddings(input_ids)
         inputs = torch.cat([self.slots.to(words.dtype).expand(b, -1, -1), words], 1)
         positions = torch.cat([torch.zeros(n, dtype=torch.long), torch.arange(input_ids.shape[1])]).to(input_ids.device)
         mask = torch.cat([attention_mask.new_ones(b, n), attention_mask], 1)

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from . import weights_path
-from .adapters import adapt, adapter_stages, merged_stages
+from .adapters import adapt, adapter_stages, layer_stack, merged_stages
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, focus_mask, l2_normalize
 from .provenance import verified_sha256
@@ -74,20 +74,12 @@ class Nuggets(NamedTuple):
     chosen: torch.Tensor  # (b, n) bool
 
 
-def _stack(model: nn.Module) -> tuple[nn.Module, nn.ModuleList]:
-    """The embeddings and the layer list of a BERT-style encoder (also inside a peft wrapper)."""
-    for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and name.endswith("encoder.layer"):
-            return model.get_submodule(name[: -len("encoder.layer")] + "embeddings"), module
-    raise ValueError("the nugget encoder needs a BERT-style backbone (embeddings + encoder.layer)")
-
-
 class NuggetModel(nn.Module):
     """Backbone (private copy, LoRA above layer l) + scorer + feedback + W^V."""
 
     def __init__(self, model: nn.Module, layer: int, ratio: float, lora: int = 8, private: bool = False) -> None:
         super().__init__()
-        n_layers = len(_stack(model)[1])
+        n_layers = len(layer_stack(model)[1])
         if not 0 <= layer < n_layers:
             raise ValueError(f"nugget layer must be in [0, {n_layers}), got {layer}")
         if not 0 < ratio <= 1:
@@ -97,7 +89,7 @@ class NuggetModel(nn.Module):
         # A private copy (`private`: `model` already is one): the feedback
         # hook must not reach other encoders sharing the backbone.
         self.encoder = adapt(model, lora, self.lora_layers) if lora else model if private else copy.deepcopy(model)
-        embeddings, blocks = _stack(self.encoder)
+        embeddings, blocks = layer_stack(self.encoder)
         for name, p in self.encoder.named_parameters():
             p.requires_grad_("lora_" in name if lora else True)
         for frozen in (embeddings, *blocks[:layer]):
@@ -302,7 +294,7 @@ def load_nugget(
         if not any(k.startswith("decoder.") for k in state):
             raise FileNotFoundError(f"{path} ships no decoder")
         dec = config["decoder"]
-        decoder = NuggetDecoder(_stack(nugget.encoder)[0].word_embeddings, dec["layers"], dec["heads"], dec["max_positions"])
+        decoder = NuggetDecoder(layer_stack(nugget.encoder)[0].word_embeddings, dec["layers"], dec["heads"], dec["max_positions"])
         decoder.load_state_dict({k[8:]: v.float() for k, v in state.items() if k.startswith("decoder.")})
         decoder.eval()
     return nugget.eval(), decoder, config

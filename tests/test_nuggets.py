@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from encoders import Document
-from encoders.nugget import NuggetDecoder, NuggetEncoder, NuggetModel, _stack, n_nuggets, nugget_spans, nugget_weights, select
+from encoders.adapters import layer_stack
+from encoders.nugget import NuggetDecoder, NuggetEncoder, NuggetModel, n_nuggets, nugget_spans, nugget_weights, select
 from encoders.provenance import save_weights
 from encoders.training.docsplit import MeanSets, NuggetSets, docsplit_loss, set_similarity, split_halves, train_docsplit
 from encoders.training.nugget import reconstruction_loss
@@ -77,7 +78,7 @@ def test_feedback_changes_the_upper_layers(tiny, model):
 
 def test_scorer_learns_only_through_the_decoder_bias(tiny, model):
     torch.manual_seed(0)
-    decoder = NuggetDecoder(_stack(model.encoder)[0].word_embeddings, layers=1, heads=2, max_positions=64)
+    decoder = NuggetDecoder(layer_stack(model.encoder)[0].word_embeddings, layers=1, heads=2, max_positions=64)
     enc = batch(tiny)
     for bias, expect_gradient in ((True, True), (False, False)):
         model.zero_grad()
@@ -85,13 +86,13 @@ def test_scorer_learns_only_through_the_decoder_bias(tiny, model):
         grad = model.scorer[0].weight.grad
         assert (grad is not None and grad.abs().sum() > 0) == expect_gradient
     # The bottom layer and the embeddings stay frozen.
-    embeddings, blocks = _stack(model.encoder)
+    embeddings, blocks = layer_stack(model.encoder)
     assert all(p.grad is None for m in (embeddings, blocks[0]) for p in m.parameters())
 
 
 def test_sampled_softmax_approaches_exact_nll_as_it_samples_more(tiny, model):
     torch.manual_seed(0)
-    decoder = NuggetDecoder(_stack(model.encoder)[0].word_embeddings, layers=1, heads=2, max_positions=64)
+    decoder = NuggetDecoder(layer_stack(model.encoder)[0].word_embeddings, layers=1, heads=2, max_positions=64)
     enc = batch(tiny)
     pad = tiny.tokenizer.pad_token_id
     exact = reconstruction_loss(model, decoder, enc, 0.25, pad)
@@ -104,7 +105,7 @@ def test_sampled_softmax_approaches_exact_nll_as_it_samples_more(tiny, model):
 
 
 def test_decoder_generates_up_to_the_end_token(tiny, model):
-    decoder = NuggetDecoder(_stack(model.encoder)[0].word_embeddings, layers=1, heads=2, max_positions=64).eval()
+    decoder = NuggetDecoder(layer_stack(model.encoder)[0].word_embeddings, layers=1, heads=2, max_positions=64).eval()
     out = model(**batch(tiny))
     generated = decoder.generate(out.vectors, out.valid, tiny.tokenizer.cls_token_id, tiny.tokenizer.sep_token_id, max_new=5)
     assert len(generated) == len(TEXTS) and all(len(g) <= 5 for g in generated)
@@ -112,7 +113,7 @@ def test_decoder_generates_up_to_the_end_token(tiny, model):
 
 @pytest.fixture()
 def nugget_dir(tiny, tiny_dir, model, tmp_path):
-    decoder = NuggetDecoder(_stack(model.encoder)[0].word_embeddings, layers=1, heads=2, max_positions=64)
+    decoder = NuggetDecoder(layer_stack(model.encoder)[0].word_embeddings, layers=1, heads=2, max_positions=64)
     with torch.no_grad():
         model.types.weight.normal_()  # non-trivial weights, to see them come back
     state, config = nugget_weights(model, decoder, str(tiny_dir), 64)
@@ -226,7 +227,7 @@ def test_docsplit_weights_for_single_load_as_its_adapters(tiny, tiny_dir, tmp_pa
 
 def test_cached_greedy_decoding_equals_decoding_from_scratch(tiny, model):
     torch.manual_seed(1)
-    decoder = NuggetDecoder(_stack(model.encoder)[0].word_embeddings, layers=2, heads=2, max_positions=64).eval()
+    decoder = NuggetDecoder(layer_stack(model.encoder)[0].word_embeddings, layers=2, heads=2, max_positions=64).eval()
     out = model(**batch(tiny))
     generated = decoder.generate(out.vectors, out.valid, tiny.tokenizer.cls_token_id, -1, max_new=6)
     ids = torch.full((len(TEXTS), 1), tiny.tokenizer.cls_token_id)

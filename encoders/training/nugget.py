@@ -19,7 +19,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..backbone import Backbone
-from ..nugget import NuggetDecoder, NuggetModel, _stack, nugget_weights
+from ..adapters import layer_stack
+from ..nugget import NuggetDecoder, NuggetModel, nugget_weights
 from ..provenance import command_line, hardware, library_versions, save_weights
 from .data import WIKI_EXTRACTED, WIKI_HELDOUT_FROM, packed_sentences, wiki_sample
 from .optim import adamw_with_warmup
@@ -71,7 +72,7 @@ def train_nugget(
     heldout = wiki_passages(wiki, "heldout", 256, max_words, seed)
     log.info("nugget AE: %d training passages, %d held out", len(texts), len(heldout))
     nugget = NuggetModel(bb.model, layer, ratio, lora=lora).to(bb.device)
-    decoder = NuggetDecoder(_stack(nugget.encoder)[0].word_embeddings, layers=decoder_layers,
+    decoder = NuggetDecoder(layer_stack(nugget.encoder)[0].word_embeddings, layers=decoder_layers,
                             max_positions=max_length).to(bb.device)
     params = [p for p in (*nugget.parameters(), *decoder.parameters()) if p.requires_grad]
     opt, sched, warmup = adamw_with_warmup(params, lr, steps)
