@@ -111,7 +111,8 @@ def train_crossthought(
 
     model = CrossThoughtModel(bb.model, slots, cross=not control, lora=lora).to(bb.device)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt, sched, warmup = adamw_with_warmup(params, lr, steps)
+    # steps = 0 saves the untrained model: the reference that shows what training added.
+    opt, sched, warmup = adamw_with_warmup(params, lr, max(1, steps))
     before = heldout_loss(model, tok, held_batches, rate, bb.device)
     model.train()
     generator = torch.Generator().manual_seed(seed)
