@@ -29,7 +29,7 @@ def test_crossthought_index_stores_one_unit_per_short_sequence_and_finds_the_par
         assert pieces == minilm.tokenizer(d.text, add_special_tokens=False)["input_ids"]
         assert all(len(minilm.tokenizer(p.text, add_special_tokens=False)["input_ids"]) <= 64 for p in mine)
     assert encoder.dim == 5 * 384 and encoder.attention_blocks == 5 * 12
-    found = 0
+    found = found_sentence = 0
     with Searcher.load(out, encoder=encoder) as searcher:
         for target in docs[:20]:
             hits = searcher.search(target.sentence_text(0), k=3)
@@ -38,15 +38,16 @@ def test_crossthought_index_stores_one_unit_per_short_sequence_and_finds_the_par
                 assert all(u.kind == Kind.SLOT for u in h.units)
                 assert all(0 <= a < b <= len(h.sentence_text) for a, b in h.spans)
                 assert 0 < h.score <= 1  # an attention weight
-        sentences = searcher.search(docs[5].sentence_text(0), k=3, level="sentence")
-        assert sentences[0].doc_id == docs[5].id
+            sentences = searcher.search(target.sentence_text(0), k=3, level="sentence")
+            found_sentence += (sentences[0].doc_id, sentences[0].sentence_index) == (target.id, 0)
         pool = [d.id for d in docs[10:20]]
         (within,) = searcher.search_batch([docs[12].sentence_text(0)], k=20, within=[pool])
         assert {h.doc_id for h in within} <= set(pool) and within[0].doc_id == docs[12].id
         # Over the pool's sequences the attention weights of each doc's best sequence sum to at most 1.
         assert sum(h.score for h in within) <= 1 + 1e-5
-    # A paragraph's own first sentence, among 60 paragraphs on 6 topics.
-    assert found >= 14
+    # A paragraph's own first sentence, among 60 paragraphs on 6 topics
+    # (the shipped weights find 17 of 20 at both levels).
+    assert found >= 14 and found_sentence >= 12
 
 
 def test_control_weights_score_by_slot_cosine(minilm):
