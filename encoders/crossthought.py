@@ -172,7 +172,7 @@ class CrossThoughtModel(nn.Module):
     cross layer (None: the masked-LM control) + masked-word head."""
 
     def __init__(self, model: nn.Module, slots: int, cross: bool = True, lora: int = 8, ffn: int | None = None,
-                 lora_layers: list[int] | None = None, private: bool = False) -> None:
+                 lora_layers: list[int] | None = None, private: bool = False, init_token: int | None = None) -> None:
         super().__init__()
         if slots < 1:
             raise ValueError(f"need at least one slot, got {slots}")
@@ -186,9 +186,11 @@ class CrossThoughtModel(nn.Module):
         config = model.config
         dim, heads = int(config.hidden_size), int(config.num_attention_heads)
         self.ffn = ffn or dim
-        # New embeddings near [CLS]'s, each nudged apart so the slots can specialise.
-        cls_id = getattr(config, "cls_token_id", None) or 101
-        start = embeddings.word_embeddings.weight[min(cls_id, embeddings.word_embeddings.num_embeddings - 1)].detach()
+        # New embeddings near `init_token`'s ([CLS], whose state the backbone
+        # already uses as a summary; default: the mean embedding), each nudged
+        # apart so the slots can specialise.
+        table = embeddings.word_embeddings.weight.detach()
+        start = table[init_token] if init_token is not None else table.mean(0)
         self.slots = nn.Parameter(start.repeat(slots, 1) + 0.02 * torch.randn(slots, dim))
         self.cross = CrossLayer(dim, heads, self.ffn) if cross else None
         self.head = MaskedWordHead(embeddings.word_embeddings, heads, self.ffn)

@@ -109,7 +109,7 @@ def train_crossthought(
     held_batches = [next(stream) for _ in range(heldout_batches)]
     log.info("cross-thought: %d training runs (%d sequences), %d held-out batches", len(runs), sum(map(len, runs)), len(held_batches))
 
-    model = CrossThoughtModel(bb.model, slots, cross=not control, lora=lora).to(bb.device)
+    model = CrossThoughtModel(bb.model, slots, cross=not control, lora=lora, init_token=tok.cls_token_id or tok.bos_token_id).to(bb.device)
     params = [p for p in model.parameters() if p.requires_grad]
     # steps = 0 saves the untrained model: the reference that shows what training added.
     opt, sched, warmup = adamw_with_warmup(params, lr, max(1, steps))
