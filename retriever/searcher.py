@@ -178,8 +178,7 @@ class Searcher:
                 chosen = self._candidates(len(e.vectors), [(s, h[0][rows], h[1][rows]) for s, h in enumerate(hits)], n_rerank + len(skip))
             else:
                 chosen = self._locate(within[qi])
-                n_rerank = max(n_rerank, len(chosen))
-            cands = self._stage2(e.vectors, chosen, n_rerank, skip)
+            cands = self._stage2(e.vectors, chosen, n_rerank if within is None else len(chosen), skip)
             results.append(self._aggregate(cands, k, level))
         return results
 
