@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import bisect
 import copy
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from . import weights_path
 from .adapters import adapt, adapter_stages, layer_stack, lora_config, lora_state, merged_stages
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, _n_specials
-from .provenance import verified_sha256
+from .provenance import read_weights, verified_sha256
 from .units import Document, Encoded, Kind, Passage
 
 SEQUENCE_TOKENS = 64
@@ -263,13 +262,7 @@ def crossthought_weights(model: CrossThoughtModel, backbone: str, length: int) -
 
 def load_crossthought(path: str | Path, model: nn.Module) -> tuple[CrossThoughtModel, dict[str, Any]]:
     """The trained model, its adapters merged into a private copy of `model`."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no Cross-Thought weights at {path} (config.json missing); train them with `propdex train crossthought`")
-    config = json.loads((path / "config.json").read_text())
-    state = load_file(str(path / "model.safetensors"))
+    state, config = read_weights(path, "Cross-Thought weights", "train them with `propdex train crossthought`")
     stages = adapter_stages(config)
     base = merged_stages(model, stages, state, path) if stages else model
     ct = CrossThoughtModel(base, config["slots"], cross=config["cross"], lora=0, ffn=config["ffn"], private=bool(stages))

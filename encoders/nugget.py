@@ -21,7 +21,6 @@ the query instead (same encoder run, all positions projected by W^V).
 from __future__ import annotations
 
 import copy
-import json
 import math
 from fractions import Fraction
 from pathlib import Path
@@ -35,7 +34,7 @@ from . import weights_path
 from .adapters import adapt, adapter_stages, layer_stack, merged_stages
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, focus_mask, l2_normalize
-from .provenance import verified_sha256
+from .provenance import read_weights, verified_sha256
 from .units import Encoded, Kind, Passage
 
 QUERY_MODES = ("nuggets", "tokens")
@@ -275,13 +274,7 @@ def load_nugget(
     """The trained nugget model (its adapters merged into a private copy of
     `model`) and, when asked and shipped, its decoder. `lora` > 0 puts fresh
     trainable adapters on top, to train further (DocSplit)."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no nugget weights at {path} (config.json missing); train them with `propdex train nugget`")
-    config = json.loads((path / "config.json").read_text())
-    state = load_file(str(path / "model.safetensors"))
+    state, config = read_weights(path, "nugget weights", "train them with `propdex train nugget`")
     stages = adapter_stages(config)
     base = merged_stages(model, stages, state, path) if stages else model
     nugget = NuggetModel(base, config["layer"], config["ratio"], lora=lora, private=bool(stages))

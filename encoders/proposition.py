@@ -14,7 +14,6 @@ the segmented parts, for long multi-fact queries).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
@@ -27,7 +26,7 @@ from . import weights_path
 from .adapters import adapter_stages, merged_stages
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, cut_passages, span_pool
-from .provenance import verified_sha256
+from .provenance import read_weights, verified_sha256
 from .segment import PairSegmenter, Segmenter, word_spans, words
 from .text import is_wordlike
 from .units import Document, Encoded, Kind, Passage, Span
@@ -52,13 +51,7 @@ class PropositionHead(nn.Module):
 def load_weights(path: str | Path, model: nn.Module) -> tuple[PropositionHead, nn.Module, dict[str, Any]]:
     """The head, the backbone model to use (adapted and merged when the
     weights carry LoRA adapters, else `model` itself), and the config."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no proposition head at {path} (config.json missing); train one with `propdex train proposition`")
-    config = json.loads((path / "config.json").read_text())
-    state = load_file(str(path / "model.safetensors"))
+    state, config = read_weights(path, "proposition head", "train one with `propdex train proposition`")
     head = PropositionHead(config["dim"], config["hidden"], config["out_dim"])
     head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
     if stages := adapter_stages(config):

@@ -59,6 +59,18 @@ def data_record(path: str | Path) -> dict[str, Any]:
     return {"path": str(path), "sha256": sha256_file(path)}
 
 
+def read_weights(path: str | Path, what: str, hint: str = "") -> tuple[dict[str, "torch.Tensor"], dict[str, Any]]:
+    """(tensors, config) of a directory `save_weights` wrote; a clear error
+    naming `what` is missing (and `hint`: how to make it) when it is not one."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no {what} at {path} (config.json missing){'; ' + hint if hint else ''}")
+    config = json.loads((path / "config.json").read_text())
+    return load_file(str(path / "model.safetensors")), config
+
+
 def save_weights(state: dict[str, "torch.Tensor"], path: str | Path, config: dict[str, Any]) -> None:
     """A trained head's directory: its tensors in `model.safetensors`, its
     config (with the provenance above) in `config.json`; written aside and

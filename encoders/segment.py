@@ -19,7 +19,6 @@ Two segmenters, one interface (`segment(texts) -> [[word index tuples]]`):
 """
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -225,17 +224,13 @@ class PairSegmenter:
 
     @classmethod
     def load(cls, path: str | Path, backbone: "Backbone | None" = None, device: str = "auto") -> "PairSegmenter":
-        from safetensors.torch import load_file
-
         from .backbone import Backbone
+        from .provenance import read_weights
 
-        path = Path(path)
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"no segmenter at {path} (config.json missing)")
-        config = json.loads((path / "config.json").read_text())
+        state, config = read_weights(path, "segmenter")
         backbone = backbone or Backbone.load(config["backbone"], device=device)
         seg = cls(backbone, config)
-        seg.head.load_state_dict(load_file(str(path / "model.safetensors")))
+        seg.head.load_state_dict(state)
         seg.head.to(backbone.device).eval()
         return seg
 

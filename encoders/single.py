@@ -47,17 +47,11 @@ class SingleEncoder(Encoder):
 
 def load_adapted(weights: str, backbone: Backbone, expected_sha256: str | None = None) -> tuple[Any, str]:
     """The backbone with the adapters of a weights directory merged in, and the weights' sha256."""
-    import json
-
-    from safetensors.torch import load_file
-
     from .adapters import adapter_stages, merged_stages
-    from .provenance import verified_sha256
+    from .provenance import read_weights, verified_sha256
 
     path = weights_path(weights)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no adapter weights at {path} (config.json missing)")
+    state, config = read_weights(path, "adapter weights")
     sha = verified_sha256(path, expected_sha256)
-    config = json.loads((path / "config.json").read_text())
-    model = merged_stages(backbone.model, adapter_stages(config), load_file(str(path / "model.safetensors")), path)
+    model = merged_stages(backbone.model, adapter_stages(config), state, path)
     return model.to(backbone.device).eval(), sha
