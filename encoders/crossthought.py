@@ -75,14 +75,21 @@ def word_starts(offsets: np.ndarray) -> np.ndarray:
     return starts
 
 
+def tokenized_sequences(tokenizer: Any, text: str, length: int = SEQUENCE_TOKENS) -> tuple[list[int], np.ndarray, list[tuple[int, int]]]:
+    """A text's token ids (no specials), their (n, 2) char offsets, and its
+    short sequences as token ranges (`cut_sequences`)."""
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
+    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    return enc["input_ids"], offsets, cut_sequences(word_starts(offsets), length)
+
+
 def sequence_passages(doc: Document, backbone: Backbone, length: int = SEQUENCE_TOKENS) -> list[Passage]:
     """A document cut into short sequences, one `Passage` each; sequences
     holding no focus span are left out."""
-    enc = backbone.tokenizer(doc.text, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
-    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    _, offsets, ranges = tokenized_sequences(backbone.tokenizer, doc.text, length)
     locate = SentenceLocator(doc)
     passages = []
-    for a, b in cut_sequences(word_starts(offsets), length):
+    for a, b in ranges:
         start, end = int(offsets[a, 0]), int(offsets[b - 1, 1])
         if doc.focus and not any(fa < end and fb > start for fa, fb in doc.focus):
             continue

@@ -18,15 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from ..backbone import Backbone
-from ..crossthought import SEQUENCE_TOKENS, CrossThoughtModel, crossthought_weights, cut_sequences, mask_words, word_starts
+from ..crossthought import SEQUENCE_TOKENS, CrossThoughtModel, crossthought_weights, mask_words, tokenized_sequences
 from ..provenance import command_line, hardware, library_versions, save_weights
 from .data import WIKI_EXTRACTED, WIKI_HELDOUT_FROM, wiki_sample
-from .optim import adamw_with_warmup
+from .optim import adamw_with_warmup, smoothed, update
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +36,7 @@ def section_runs(tokenizer: Any, text: str, length: int = SEQUENCE_TOKENS, run: 
     """A section's text cut into sequences, grouped into runs of at most
     `run` consecutive ones; runs of a single sequence are dropped (they have
     no neighbour to read)."""
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
-    ids = enc["input_ids"]
-    ranges = cut_sequences(word_starts(np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)), length)
+    ids, _, ranges = tokenized_sequences(tokenizer, text, length)
     sequences = [ids[a:b] for a, b in ranges]
     return [chunk for i in range(0, len(sequences), run) if len(chunk := sequences[i : i + run]) >= 2]
 
@@ -69,13 +66,12 @@ def tensors(tokenizer: Any, sequences: list[list[int]], rate: float, generator: 
     tail = template[len(head):]
     width = max(map(len, sequences)) + len(template)
     ids = torch.full((len(sequences), width), tokenizer.pad_token_id, dtype=torch.long)
+    attention = torch.zeros_like(ids)
     special = torch.ones(ids.shape, dtype=torch.bool)
     for i, s in enumerate(sequences):
         ids[i, : len(s) + len(template)] = torch.tensor(head + s + tail)
-        special[i, len(head) : len(head) + len(s)] = False
-    attention = torch.zeros_like(ids)
-    for i, s in enumerate(sequences):
         attention[i, : len(s) + len(template)] = 1
+        special[i, len(head) : len(head) + len(s)] = False
     inputs, labels = mask_words(ids, ~special, tokenizer.mask_token_id, tokenizer.vocab_size, rate, generator)
     return inputs, attention, labels
 
@@ -121,12 +117,7 @@ def train_crossthought(
     bar = tqdm(zip(range(steps), samples(runs, batch)), total=steps, desc=f"train {label} N={slots}")
     for _, sample in bar:
         loss = model.masked_lm_loss(*(t.to(bb.device) for t in tensors(tok, sample, rate, generator)))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
+        running = smoothed(running, update(loss, params, opt, sched))
         bar.set_postfix(loss=f"{running:.3f}")
     after = heldout_loss(model, tok, held_batches, rate, bb.device)
 

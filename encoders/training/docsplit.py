@@ -28,7 +28,7 @@ from ..backbone import Backbone
 from ..provenance import command_line, hardware, library_versions, save_weights
 from ..text import split_sentences
 from .data import WIKI_EXTRACTED, WIKI_HELDOUT_FROM, wiki_sample
-from .optim import adamw_with_warmup
+from .optim import adamw_with_warmup, update
 
 log = logging.getLogger(__name__)
 
@@ -126,13 +126,7 @@ def train_docsplit(
         halves = [split_halves(len(d), rng) for d in docs]
         a = sets([" ".join(d[i] for i in ha) for d, (ha, _) in zip(docs, halves)])
         b = sets([" ".join(d[i] for i in hb) for d, (_, hb) in zip(docs, halves)])
-        loss = docsplit_loss(*a, *b, tau=tau)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
+        losses.append(update(docsplit_loss(*a, *b, tau=tau), params, opt, sched))
         bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
     return losses
 

@@ -23,7 +23,7 @@ from ..adapters import layer_stack
 from ..nugget import NuggetDecoder, NuggetModel, nugget_weights
 from ..provenance import command_line, hardware, library_versions, save_weights
 from .data import WIKI_EXTRACTED, WIKI_HELDOUT_FROM, packed_sentences, wiki_sample
-from .optim import adamw_with_warmup
+from .optim import adamw_with_warmup, smoothed, update
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +90,7 @@ def train_nugget(
     for step in bar:
         chunk = [texts[(step * batch + i) % len(texts)] for i in range(batch)]
         loss = reconstruction_loss(nugget, decoder, tokenize(chunk), next(ratio_cycle), pad, negatives=negatives)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
+        running = smoothed(running, update(loss, params, opt, sched))
         bar.set_postfix(loss=f"{running:.3f}")
     nugget.eval()
     decoder.eval()

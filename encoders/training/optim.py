@@ -1,4 +1,4 @@
-"""The optimiser the Wikipedia-trained stages share (AE, DocSplit)."""
+"""The optimiser and update step the Wikipedia-trained stages share (AE, DocSplit, Cross-Thought)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -14,3 +14,20 @@ def adamw_with_warmup(params: Iterable[torch.nn.Parameter], lr: float, steps: in
     warmup = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warmup, max(0.1, 1 - s / steps)))
     return opt, sched, warmup
+
+
+def update(loss: torch.Tensor, params: list[torch.nn.Parameter], opt: torch.optim.Optimizer,
+           sched: torch.optim.lr_scheduler.LRScheduler) -> float:
+    """One step: backward, clip the gradient norm to 1, step the optimiser and
+    the schedule. Returns the loss as a float."""
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    sched.step()
+    return loss.item()
+
+
+def smoothed(running: float | None, value: float) -> float:
+    """The progress bar's loss: an exponential moving average (0.98)."""
+    return value if running is None else 0.98 * running + 0.02 * value
