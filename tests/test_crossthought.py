@@ -184,20 +184,31 @@ def test_encoder_gives_one_unit_of_n_slot_blocks_per_sequence(tiny, ct_dir):
     assert encoder.config()["weights_sha256"]
 
 
-def test_search_scores_are_attention_over_every_candidate_of_every_shard(tiny, ct_dir, tmp_path):
-    path, _ = ct_dir
-    encoder = load_encoder("crossthought", backbone=tiny, weights=str(path))
-    sentences = TEXT.split(". ")
-    docs = [Document(f"d{i}", s, sentences=((0, len(s)),)) for i, s in enumerate(sentences)]
+@pytest.fixture()
+def sharded(tiny, ct_dir, tmp_path):
+    """(encoder, one-sentence documents, a 3-shard index of them)."""
+    encoder = load_encoder("crossthought", backbone=tiny, weights=str(ct_dir[0]))
+    docs = [Document(f"d{i}", s, sentences=((0, len(s)),)) for i, s in enumerate(TEXT.split(". "))]
     IndexWriter(tmp_path / "idx", encoder, shard_docs=2).build(docs)
-    query = "light energy and carbon"
+    return encoder, docs, tmp_path / "idx"
+
+
+def best_attention(encoder, query: str, docs: list[Document]) -> dict[str, float]:
+    """Each document's best sequence under alpha over all the documents'
+    sequences, from the vectors as the index stores them (float16)."""
     (q,) = encoder.encode_queries([query])
-    keys = np.concatenate([e.vectors for d in docs for e in encoder.encode(encoder.passages(d))])
-    owner = [d.id for d in docs for _ in encoder.passages(d)]
-    # float16 storage, as the index keeps them
-    alpha = scoring.attention(scoring.block_logits(q.vectors, keys.astype(np.float16), encoder.attention_blocks))
-    want = {d: max(a for a, o in zip(alpha, owner) if o == d) for d in set(owner)}
-    with Searcher.load(tmp_path / "idx", encoder=encoder) as searcher:
+    encoded = {d.id: encoder.encode(encoder.passages(d)) for d in docs}
+    keys = np.concatenate([e.vectors for es in encoded.values() for e in es]).astype(np.float16)
+    owner = [d for d, es in encoded.items() for _ in es]
+    alpha = scoring.attention(scoring.block_logits(q.vectors, keys, encoder.attention_blocks))
+    return {d: max(a for a, o in zip(alpha, owner) if o == d) for d in encoded}
+
+
+def test_search_scores_are_attention_over_every_candidate_of_every_shard(sharded):
+    encoder, docs, index = sharded
+    query = "light energy and carbon"
+    want = best_attention(encoder, query, docs)
+    with Searcher.load(index, encoder=encoder) as searcher:
         assert len(searcher.shards) == 3
         hits = searcher.search(query, k=len(docs), rerank=len(docs))
     assert sorted(h.doc_id for h in hits) == sorted(want)
@@ -206,23 +217,15 @@ def test_search_scores_are_attention_over_every_candidate_of_every_shard(tiny, c
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
-def test_within_re_scores_exactly_the_listed_documents(tiny, ct_dir, tmp_path):
-    path, _ = ct_dir
-    encoder = load_encoder("crossthought", backbone=tiny, weights=str(path))
-    sentences = TEXT.split(". ")
-    docs = [Document(f"d{i}", s, sentences=((0, len(s)),)) for i, s in enumerate(sentences)]
-    IndexWriter(tmp_path / "idx", encoder, shard_docs=2).build(docs)
+def test_within_re_scores_exactly_the_listed_documents(sharded):
+    encoder, docs, index = sharded
     pool = ["d3", "d0", "missing", "d4"]
-    with Searcher.load(tmp_path / "idx", encoder=encoder) as searcher:
+    with Searcher.load(index, encoder=encoder) as searcher:
         (hits,) = searcher.search_batch(["light energy"], k=10, within=[pool])
         with pytest.raises(ValueError, match="candidate sets"):
             searcher.search_batch(["a", "b"], within=[pool])
     assert sorted(h.doc_id for h in hits) == ["d0", "d3", "d4"]
     # The softmax runs over the pool's sequences only.
-    (q,) = encoder.encode_queries(["light energy"])
-    encoded = {d: encoder.encode(encoder.passages(docs[int(d[1])])) for d in ("d0", "d3", "d4")}
-    keys = np.concatenate([e.vectors for es in encoded.values() for e in es]).astype(np.float16)
-    owner = [d for d, es in encoded.items() for _ in es]
-    alpha = scoring.attention(scoring.block_logits(q.vectors, keys, encoder.attention_blocks))
+    want = best_attention(encoder, "light energy", [d for d in docs if d.id in pool])
     for h in hits:
-        assert h.score == pytest.approx(max(a for a, o in zip(alpha, owner) if o == h.doc_id), rel=1e-4)
+        assert h.score == pytest.approx(want[h.doc_id], rel=1e-4)
