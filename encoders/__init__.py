@@ -56,9 +56,24 @@ def load_encoder(
 
     cls = encoder_class(name)
     max_length = options.pop("max_length", None)
+    title = _flag(options.pop("title", True))
     if not isinstance(backbone, Backbone):
         backbone = Backbone.load(backbone, device=device, max_length=max_length)
-    return cls(backbone, batch_size=batch_size, **options)
+    encoder = cls(backbone, batch_size=batch_size, **options)
+    encoder.title = title
+    return encoder
+
+
+def _flag(value: Any) -> bool:
+    """A switch given as a bool or as text ("1", "0", "true", "no", ...)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected a yes/no value (1/0, true/false), got {value!r}")
 
 
 def encoder_from_config(
@@ -67,6 +82,7 @@ def encoder_from_config(
     """Rebuild the encoder an index was made with, from its manifest entry
     (on `backbone` when one is already loaded)."""
     options = {k: v for k, v in config.items() if k not in ("name", "backbone", "dim")}
+    options.setdefault("title", False)  # indexes from before titles never read them
     return load_encoder(config["name"], backbone=backbone or config["backbone"], device=device, **options)
 
 

@@ -26,8 +26,10 @@ class TokenStates:
     """One passage after the backbone: a row per real token (specials included)."""
 
     states: torch.Tensor  # (n, dim) last-layer hidden states, float32
-    offsets: np.ndarray  # (n, 2) char offsets into the passage text; (0, 0) for specials
-    special: np.ndarray  # (n,) bool
+    offsets: np.ndarray  # (n, 2) char offsets into the passage text; (0, 0) for specials and title tokens
+    # (n,) bool: not passage text - the tokenizer's specials and the title's
+    # tokens, which give context (and enter a mean) but never become a unit.
+    special: np.ndarray
     ids: np.ndarray  # (n,) token ids
     selected: np.ndarray | None = None  # (n,) bool: tokens the encoder's model chose (nugget)
     slots: torch.Tensor | None = None  # (prefix, dim) states of positions the encoder put before the tokens
@@ -49,6 +51,10 @@ class Encoder(ABC):
     # key blocks) are re-scored in stage 2 by the softmax over candidates
     # averaged over blocks; 0: by the inner product itself.
     attention_blocks: int = 0
+    # A document's title goes in front of every passage cut from it
+    # (`[CLS] title [SEP] text [SEP]`, as DPR encodes Wikipedia); set by
+    # `load_encoder(title=...)`, recorded in the index's encoder config.
+    title: bool = True
 
     def __init__(self, backbone: Backbone, batch_size: int = 32) -> None:
         self.backbone = backbone
@@ -69,6 +75,7 @@ class Encoder(ABC):
             "backbone": self.backbone.name,
             "max_length": self.backbone.max_length,
             "dim": self.dim,
+            "title": self.title,
             **self.options(),
         }
 
@@ -83,7 +90,7 @@ class Encoder(ABC):
         bar = tqdm(total=len(passages), desc=f"encode {self.name}", unit="psg", disable=not progress, leave=False)
         for start in range(0, len(order), self.batch_size):
             batch = [order[i] for i in range(start, min(start + self.batch_size, len(order)))]
-            for i, token_states in zip(batch, self.forward([passages[i].text for i in batch])):
+            for i, token_states in zip(batch, self.forward([passages[i] for i in batch])):
                 results[i] = self.pool(passages[i], token_states, query=query)
             bar.update(len(batch))
         bar.close()
@@ -98,20 +105,12 @@ class Encoder(ABC):
 
     # -- shared machinery ------------------------------------------------------
     @torch.inference_mode()
-    def forward(self, texts: list[str]) -> list[TokenStates]:
-        """Run the backbone on one batch; returns per-text states without padding."""
-        bb = self.backbone
-        enc = bb.tokenizer(
-            texts,
-            padding=True,
-            truncation=True,
-            max_length=self.max_length,
-            return_offsets_mapping=True,
-            return_special_tokens_mask=True,
-            return_tensors="pt",
-        )
-        offsets = enc.pop("offset_mapping").numpy()
-        special = enc.pop("special_tokens_mask").numpy().astype(bool)
+    def forward(self, passages: Sequence[Passage]) -> list[TokenStates]:
+        """Run the backbone on one batch; returns per-passage states without
+        padding. Title tokens, when the passage's document has a title, are
+        in the states and marked `special`."""
+        titles = [self.title_of(p.doc) for p in passages]
+        enc, offsets, special = tokenize(self.backbone.tokenizer, [p.text for p in passages], titles, self.max_length)
         ids = enc["input_ids"].numpy()
         mask = enc["attention_mask"]
         hidden, selected = self.run(enc)
@@ -125,6 +124,18 @@ class Encoder(ABC):
             for i, n in enumerate(lengths)
         ]
 
+    def title_of(self, doc: Document) -> str:
+        """The title text this encoder puts in front of the document's passages ("" for none)."""
+        return clip_title(self.backbone.tokenizer, doc.title) if self.title else ""
+
+    def title_tokens(self, doc: Document) -> int:
+        """Window tokens a document's title takes: its tokens and one more separator."""
+        title = self.title_of(doc)
+        if not title:
+            return 0
+        tokenizer = self.backbone.tokenizer
+        return len(tokenizer(title, add_special_tokens=False)["input_ids"]) + _n_specials(self.backbone, pair=True) - _n_specials(self.backbone)
+
     @property
     def max_length(self) -> int:
         """Tokens per passage, specials included."""
@@ -137,7 +148,68 @@ class Encoder(ABC):
 
     def passages(self, doc: Document) -> list[Passage]:
         """Cut a document into windows that fit the model, on sentence boundaries."""
-        return cut_passages(doc, self.backbone, window=self.max_length - _n_specials(self.backbone))
+        return cut_passages(doc, self.backbone, window=self.max_length - _n_specials(self.backbone) - self.title_tokens(doc))
+
+
+TITLE_TOKENS = 32  # at most this many of a title's tokens go in front of each passage
+
+
+def clip_title(tokenizer: Any, title: str) -> str:
+    """The title cut after its TITLE_TOKENS-th token (whole, when shorter)."""
+    title = title.strip()
+    if not title:
+        return ""
+    offsets = tokenizer(title, add_special_tokens=False, return_offsets_mapping=True, verbose=False)["offset_mapping"]
+    return title if len(offsets) <= TITLE_TOKENS else title[: offsets[TITLE_TOKENS - 1][1]]
+
+
+def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_length: int) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray]:
+    """A padded batch (input_ids, attention_mask[, token_type_ids]), the (b, L, 2)
+    char offsets into each text and the (b, L) mask of tokens that are not text.
+
+    A text with a title is tokenized as the pair (title, text); its title
+    tokens get offsets (0, 0) and count as special. Token types stay 0: a
+    sentence encoder is trained on single segments, and DPR-style `title
+    [SEP] text` is one segment to it. Texts without a title are tokenized
+    alone, exactly as before titles existed.
+    """
+    groups = [[i for i, t in enumerate(titles) if not t], [i for i, t in enumerate(titles) if t]]
+    parts = []
+    for titled, rows in enumerate(groups):
+        if not rows:
+            continue
+        args = ([titles[i] for i in rows], [texts[i] for i in rows]) if titled else ([texts[i] for i in rows],)
+        # A title adds at most TITLE_TOKENS + 1 tokens beyond the text's window.
+        limit = min(max_length + (TITLE_TOKENS + 1) * titled, tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else 1 << 30)
+        enc = tokenizer(*args, padding=True, truncation="only_second" if titled else True, max_length=limit,
+                        return_offsets_mapping=True, return_special_tokens_mask=True, return_tensors="pt")
+        offsets = enc.pop("offset_mapping").numpy()
+        special = enc.pop("special_tokens_mask").numpy().astype(bool)
+        if titled:
+            for r in range(len(rows)):
+                context = np.array([s == 0 for s in enc.sequence_ids(r)], dtype=bool)
+                special[r] |= context
+                offsets[r][context] = 0
+        if "token_type_ids" in enc:
+            enc["token_type_ids"] = torch.zeros_like(enc["token_type_ids"])
+        parts.append((rows, enc, offsets, special))
+    if len(parts) == 1:
+        rows, enc, offsets, special = parts[0]
+        return dict(enc), offsets, special
+    # Both kinds in one batch: pad both to one length, put rows back in order.
+    length = max(p[1]["input_ids"].shape[1] for p in parts)
+    n = len(texts)
+    keys = list(parts[0][1].keys())
+    out = {k: torch.full((n, length), tokenizer.pad_token_id if k == "input_ids" else 0, dtype=parts[0][1][k].dtype) for k in keys}
+    all_offsets = np.zeros((n, length, 2), dtype=parts[0][2].dtype)
+    all_special = np.ones((n, length), dtype=bool)
+    for rows, enc, offsets, special in parts:
+        width = enc["input_ids"].shape[1]
+        for k in keys:
+            out[k][rows, :width] = enc[k]
+        all_offsets[rows, :width] = offsets
+        all_special[rows, :width] = special
+    return out, all_offsets, all_special
 
 
 def hidden_states(backbone: Backbone, enc: Any, layers: Sequence[int] | None = None, model: torch.nn.Module | None = None) -> torch.Tensor:
@@ -151,8 +223,8 @@ def hidden_states(backbone: Backbone, enc: Any, layers: Sequence[int] | None = N
     return torch.cat([every[i] for i in layers], dim=-1)
 
 
-def _n_specials(backbone: Backbone) -> int:
-    return backbone.tokenizer.num_special_tokens_to_add(pair=False)
+def _n_specials(backbone: Backbone, pair: bool = False) -> int:
+    return backbone.tokenizer.num_special_tokens_to_add(pair=pair)
 
 
 def _query_passage(query: str | Document) -> Passage:

@@ -25,7 +25,7 @@ from torch import nn
 from . import weights_path
 from .adapters import adapter_stages, merged_stages
 from .backbone import Backbone
-from .base import Encoder, SentenceLocator, TokenStates, cut_passages, span_pool
+from .base import Encoder, SentenceLocator, TokenStates, _n_specials, cut_passages, span_pool
 from .provenance import read_weights, verified_sha256
 from .segment import PairSegmenter, Segmenter, word_spans, words
 from .text import is_wordlike
@@ -111,7 +111,7 @@ class PropositionEncoder(Encoder):
 
     def passages(self, doc: Document) -> list[Passage]:
         """One sentence per passage: a sentence is encoded alone, as it was in training."""
-        return cut_passages(doc, self.backbone, window=self.backbone.max_length - 2, pack=False)
+        return cut_passages(doc, self.backbone, window=self.max_length - _n_specials(self.backbone) - self.title_tokens(doc), pack=False)
 
     def propositions(self, passage: Passage, tokens: TokenStates, *, query: bool) -> list[tuple[Span, ...]]:
         """Char spans (passage-relative) of each proposition to encode."""

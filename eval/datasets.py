@@ -329,7 +329,7 @@ def load_propsegment(folder: str | Path, limit: int | None = None) -> Task:
         for toks in props[(doc_id, s_idx)]:
             pid = prop_id(doc_id, s_idx, toks)
             spans = token_spans(sent, toks)
-            d = Document(pid, text, title=doc_id, sentences=((0, len(text)),), focus=spans)
+            d = Document(pid, text, sentences=((0, len(text)),), focus=spans)  # PropSegment ids are numbers, not titles
             corpus.append(d)
             by_id[pid] = d
             prop_text[pid] = spans_text(text, spans)

@@ -2,7 +2,9 @@
 
 A system is `bm25` or an encoder name with index options, e.g.
 `tokens:factory=Flat`, `single:mask=1` (PropSegment: pool under the
-proposition mask instead of reading the proposition text). Encoder indexes are
+proposition mask instead of reading the proposition text), `title=0` (leave
+titles out); `A+B[+C]` fuses systems run on the same corpus (`tokens+bm25`;
+`fusion=minmax` on the last part picks the method). Encoder indexes are
 built with the real IndexWriter under --work and reused by later runs when
 corpus and settings are unchanged (their build times come from the manifest).
 """
@@ -29,7 +31,9 @@ from indexer.manifest import library_versions
 from retriever import Searcher
 
 from . import metrics
-from .bm25 import BM25Index
+from indexer.lexical import BM25, document_text
+from retriever import fusion
+
 from .datasets import Task, load_beir, load_hotpotqa, load_propsegment
 
 if TYPE_CHECKING:
@@ -45,6 +49,7 @@ PROPSEGMENT_DEPTH = 100
 # Options that change how an index is searched, not the index: its build is reused.
 # bm25=N: re-rank exactly BM25's top N per query instead of the ANN's candidates.
 SEARCH_OPTIONS = ("nprobe", "bm25")
+SPEC_GRAMMAR = "NAME[:option=value...][+NAME[:option=value...]...]"
 
 
 @dataclass
@@ -56,8 +61,19 @@ class System:
     @classmethod
     def parse(cls, spec: str) -> "System":
         name, _, rest = spec.partition(":")
-        options = dict(kv.split("=", 1) for kv in rest.split(":") if kv) if rest else {}
+        options = {}
+        for kv in rest.split(":") if rest else ():
+            key, eq, value = kv.partition("=")
+            if not eq or not key:
+                raise ValueError(f"system spec {spec!r}: option {kv!r} is not option=value (grammar: {SPEC_GRAMMAR})")
+            options[key] = value
+        if not name:
+            raise ValueError(f"system spec {spec!r} names no system (grammar: {SPEC_GRAMMAR})")
         return cls(spec, name, options)
+
+    def titles(self) -> bool:
+        """Does this system read documents' titles (default yes; `title=0` off)?"""
+        return self.options.get("title", "1") not in ("0", "false", "no", "off")
 
     def mask_aware(self) -> bool:
         """Does this system see a proposition as a mask inside its sentence?"""
@@ -90,19 +106,27 @@ def corpus_for(task: Task, system: System) -> list[Document]:
     return [Document(d.id, task.index_text(d), d.title, ((0, len(task.index_text(d))),)) for d in task.corpus]
 
 
+def lexical_items(task: Task, level: str, titles: bool = True) -> list[tuple[Hashable, str]]:
+    """What BM25 indexes: (key, text) per document, or per sentence at
+    sentence level, each with its document's title in front."""
+    def text(d: Document, body: str) -> str:
+        return document_text(d.title if titles else "", body)
+
+    if level == "sentence" and not task.prop_text:
+        return [((d.id, i), text(d, d.text[a:b])) for d in task.corpus for i, (a, b) in enumerate(d.sentences)]
+    return [(d.id, text(d, task.index_text(d))) for d in task.corpus]
+
+
 def queries_for(task: Task, system: System) -> list[str | Document]:
     return [q.doc if (q.doc is not None and system.mask_aware()) else q.text for q in task.queries]
 
 
 def run_bm25(task: Task, system: System, level: str, depth: int) -> Outcome:
     started = time.time()
-    if level == "sentence" and not task.prop_text:
-        items = [((d.id, i), d.text[a:b]) for d in task.corpus for i, (a, b) in enumerate(d.sentences)]
-    else:
-        items = [(d.id, task.index_text(d)) for d in task.corpus]
+    items = lexical_items(task, level, system.titles())
     keys = [k for k, _ in items]
     position = {k: str(i) for i, k in enumerate(keys)}
-    index = BM25Index((str(i), text) for i, (_, text) in enumerate(items))
+    index = BM25.build((str(i), text) for i, (_, text) in enumerate(items))
     build_s = time.time() - started
     rankings, scores, latencies = {}, {}, []
     for q in task.queries:
@@ -114,10 +138,23 @@ def run_bm25(task: Task, system: System, level: str, depth: int) -> Outcome:
     return Outcome(rankings, scores, latencies, {"index_s": round(build_s, 3)})
 
 
+def fuse_outcomes(parts: Sequence[Outcome], method: str, depth: int) -> Outcome:
+    """One ranking per query from several systems' rankings (retriever.fusion);
+    a query's latency is the sum of its systems' plus the fusion's own."""
+    rankings, scores, latencies = {}, {}, []
+    for i, q in enumerate(parts[0].rankings):
+        t = time.perf_counter()
+        fused = fusion.fuse([list(zip(p.rankings[q], p.scores[q])) for p in parts], method)[:depth]
+        own = (time.perf_counter() - t) * 1000
+        rankings[q], scores[q] = [k for k, _ in fused], [s for _, s in fused]
+        latencies.append(own + sum(p.latencies_ms[i] for p in parts))
+    return Outcome(rankings, scores, latencies, {"fusion": method, "encode_s": sum(p.stats.get("encode_s", 0.0) for p in parts)})
+
+
 def system_encoder(system: System, backbone: "Backbone") -> "Encoder":
     """The encoder a system spec names, with its encoder options (index and
     search options stay out)."""
-    options = {k: v for k, v in system.options.items() if k not in ("mask", "factory", "backend", *SEARCH_OPTIONS)}
+    options: dict[str, Any] = {k: v for k, v in system.options.items() if k not in ("mask", "factory", "backend", *SEARCH_OPTIONS)}
     if "keep_punct" in options:
         options["drop_punct"] = options.pop("keep_punct") not in ("1", "true", "yes")
     return load_encoder(system.name, backbone=backbone, **options)
@@ -139,7 +176,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     searcher = Searcher.load(out, encoder=encoder, nprobe=nprobe)
     search_level = "doc" if task.prop_text else level
     queries = queries_for(task, system)
-    pools = bm25_pools(task, int(system.options["bm25"])) if "bm25" in system.options else None
+    pools = bm25_pools(task, int(system.options["bm25"]), system.titles()) if "bm25" in system.options else None
     rankings, scores, latencies = {}, {}, []
     for q, query in zip(task.queries, queries):
         t = time.perf_counter()
@@ -167,13 +204,14 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     })
 
 
-def bm25_pools(task: Task, n: int) -> dict[str, list[str]]:
+def bm25_pools(task: Task, n: int, titles: bool = True) -> dict[str, list[str]]:
     """BM25's top `n` document ids per query: the pool an encoder re-ranks
     under `bm25=N` (Cross-Thought's unsupervised HotpotQA setting is N = 200)."""
     if n < 1:
         raise ValueError(f"bm25 pool size must be at least 1, got {n}")
-    ids = [d.id for d in task.corpus]
-    index = BM25Index((str(i), task.index_text(d)) for i, d in enumerate(task.corpus))
+    items = lexical_items(task, "doc", titles)
+    ids = [k for k, _ in items]
+    index = BM25.build((str(i), text) for i, (_, text) in enumerate(items))
     position = {d: str(i) for i, d in enumerate(ids)}
     return {
         q.id: [ids[int(i)] for i, _ in index.search(q.text, n, exclude={position[k] for k in task.exclude.get(q.id, ()) if k in position})]
@@ -240,16 +278,30 @@ def evaluate(
         "task": task.name, "level": level, "command": command, "versions": {**library_versions(), "git": _git_head()},
         "data": task.info, "systems": {},
     }
-    for spec in systems:
-        system = System.parse(spec)
-        log.info("system %s on %s (%d docs, %d queries)", spec, task.name, len(task.corpus), len(task.queries))
-        if system.name == "bm25":
-            outcome = run_bm25(task, system, level, depth)
-        else:
-            from encoders.backbone import Backbone
+    outcomes: dict[str, Outcome] = {}  # one run per component, shared by every fusion that names it
 
-            backbone = backbone or Backbone.load(device=device)
-            outcome = run_encoder(task, system, level, depth, work, backbone)
+    def run(spec: str) -> Outcome:
+        nonlocal backbone
+        if spec not in outcomes:
+            system = System.parse(spec)
+            log.info("system %s on %s (%d docs, %d queries)", spec, task.name, len(task.corpus), len(task.queries))
+            if system.name == "bm25":
+                outcomes[spec] = run_bm25(task, system, level, depth)
+            else:
+                from encoders.backbone import Backbone
+
+                backbone = backbone or Backbone.load(device=device)
+                outcomes[spec] = run_encoder(task, system, level, depth, work, backbone)
+        return outcomes[spec]
+
+    for spec in systems:
+        parts = spec.split("+")
+        if len(parts) > 1:
+            method = System.parse(parts[-1]).options.get("fusion", "rrf")
+            parts[-1] = re.sub(r":fusion=[^:+]*", "", parts[-1])
+            outcome = fuse_outcomes([run(p) for p in parts], method, depth)
+        else:
+            outcome = run(spec)
         lat = np.array(outcome.latencies_ms)
         if task.prop_text and level == "unit":
             outcome.stats["top1"] = top1_breakdown(task, outcome)

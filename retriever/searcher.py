@@ -103,7 +103,7 @@ class Searcher:
             log.warning("index %s is not complete (%s): searching its finished shards only; re-run the build to finish it", path, manifest["status"])
         if encoder is None:
             encoder = encoder_from_config(manifest["encoder"], device=device)
-        if encoder.config() != manifest["encoder"]:
+        if encoder.config() != {"title": False, **manifest["encoder"]}:
             raise ValueError(f"encoder {encoder.config()} does not match the index's {manifest['encoder']}")
         if encoder.backbone.weights_hash != manifest["backbone"]["weights_sha256"]:
             raise ValueError(f"backbone {encoder.backbone.name!r} here has other weights than the index was built with")

@@ -1,0 +1,139 @@
+"""BM25: the lexical index every propdex index carries beside its vectors.
+
+The scoring core is bm25s (a document-term score matrix in scipy's sparse
+CSC layout, saved as .npy files and memory-mapped on load); this module adds
+what a retrieval engine needs around it: the analyzer, document ids, a
+top-k that honours exclusions, and a crash-safe place in the index directory.
+
+Analyzer (`analyze`): lowercase, runs of Unicode letters and digits, Lucene's
+English stop words dropped, Porter-stemmed (PyStemmer) - the analysis
+pyserini's and BEIR's BM25 baselines apply. A document is indexed as its
+title and its text together, as those baselines index it.
+
+Scoring: Lucene's BM25 (idf = ln(1 + (N - df + 0.5) / (df + 0.5)), the
+variant Lucene, Anserini and Elasticsearch use) with BEIR's Elasticsearch
+parameters k1 = 1.2, b = 0.75. `method="robertson"` gives Robertson's idf
+ln((N - df + 0.5) / (df + 0.5)) floored at 0, whose ranking equals
+rank-bm25's BM25Okapi (tested) wherever no query term is in more than half
+of the documents.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BM25_DIR = "bm25"
+IDS = "doc_ids.json"
+# Lucene's EnglishAnalyzer stop set (ENGLISH_STOP_WORDS_SET), the one pyserini uses.
+STOP_WORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there "
+    "these they this to was will with".split()
+)
+_WORD = re.compile(r"[^\W_]+")
+DEFAULTS = {"method": "lucene", "k1": 1.2, "b": 0.75}
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> Any:
+    import Stemmer
+
+    return Stemmer.Stemmer("porter")
+
+
+def analyze(text: str) -> list[str]:
+    """Index terms of a text: "The Runners' running!" -> ['runner', 'run']."""
+    words = [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
+    return _stemmer().stemWords(words) if words else []
+
+
+def document_text(title: str, text: str) -> str:
+    """What BM25 reads of a document: its title, then its text."""
+    return f"{title}\n{text}" if title else text
+
+
+class BM25:
+    """BM25 over a fixed collection of (id, text) pairs."""
+
+    def __init__(self, model: Any, ids: Sequence[str], params: dict[str, Any]) -> None:
+        self.model = model
+        self.ids = list(ids)
+        self.params = params
+
+    @classmethod
+    def build(cls, docs: Iterable[tuple[str, str]], *, method: str = DEFAULTS["method"], k1: float = DEFAULTS["k1"],
+              b: float = DEFAULTS["b"]) -> "BM25":
+        import bm25s
+
+        ids: list[str] = []
+        terms: list[list[str]] = []
+        for doc_id, text in docs:
+            ids.append(doc_id)
+            terms.append(analyze(text))
+        if not ids:
+            raise ValueError("a BM25 index needs at least one document")
+        if len(set(ids)) != len(ids):
+            raise ValueError("a BM25 index needs unique document ids")
+        model = bm25s.BM25(method=method, k1=k1, b=b)
+        # A document with no index term (all stop words, say) stays a row of zeros.
+        model.index(terms, show_progress=False)
+        return cls(model, ids, {"method": method, "k1": k1, "b": b, "analyzer": "lucene-english-porter"})
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def scores(self, query: str) -> np.ndarray:
+        """The BM25 score of every document, in index order."""
+        ids = self.model.get_tokens_ids(analyze(query))
+        if not ids:
+            return np.zeros(len(self.ids), dtype=np.float32)
+        return np.asarray(self.model.get_scores_from_ids(ids), dtype=np.float32)
+
+    def search(self, query: str, k: int, exclude: Iterable[str] = ()) -> list[tuple[str, float]]:
+        """The top `k` (id, score) with a positive score, best first; ties go to
+        the earlier document. Ids in `exclude` are passed over."""
+        return top_k(self.scores(query), self.ids, k, exclude)
+
+    # -- on disk ---------------------------------------------------------------
+    def save(self, directory: Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.save(str(directory), show_progress=False)
+        (directory / IDS).write_text(json.dumps({"params": self.params, "ids": self.ids}, ensure_ascii=False))
+
+    @classmethod
+    def load(cls, directory: Path, mmap: bool = True) -> "BM25":
+        import bm25s
+
+        directory = Path(directory)
+        meta = json.loads((directory / IDS).read_text())
+        model = bm25s.BM25.load(str(directory), mmap=mmap, show_progress=False, verbosity=0)
+        if model.scores["num_docs"] != len(meta["ids"]):
+            raise ValueError(f"{directory}: {model.scores['num_docs']} scored documents for {len(meta['ids'])} ids; the BM25 index is damaged")
+        return cls(model, meta["ids"], meta["params"])
+
+
+def top_k(scores: np.ndarray, ids: Sequence[str], k: int, exclude: Iterable[str] = ()) -> list[tuple[str, float]]:
+    """The `k` best (id, score) with score > 0, best first, ties by position."""
+    excluded = set(exclude)
+    positive = np.flatnonzero(scores > 0)
+    want = min(len(positive), k + len(excluded))
+    if want <= 0:
+        return []
+    if want < len(positive):
+        threshold = np.partition(scores[positive], len(positive) - want)[len(positive) - want]
+        positive = positive[scores[positive] >= threshold]
+    order = positive[np.lexsort((positive, -scores[positive]))]
+    out = []
+    for i in order:
+        if ids[i] in excluded:
+            continue
+        out.append((ids[i], float(scores[i])))
+        if len(out) == k:
+            break
+    return out

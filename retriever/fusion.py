@@ -1,0 +1,55 @@
+"""Fusion of ranked lists from different systems (dense, BM25, ...).
+
+Pure functions over rankings, shared by `Searcher.search(..., hybrid=True)`
+and by eval's `A+B` system specs, so the library and its scoreboard fuse the
+same way.
+
+- `rrf`: reciprocal rank fusion (Cormack et al. 2009), score(d) = sum over
+  lists of 1 / (k + rank), rank from 1, k = 60. Needs no score calibration,
+  which is why it is the default: a MaxSim sum over query tokens, a cosine
+  and a BM25 score live on unrelated scales.
+- `minmax`: each list's scores mapped to [0, 1] by its own min and max, then
+  summed with weights (a missing item scores 0 in that list).
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+RRF_K = 60
+METHODS = ("rrf", "minmax")
+
+
+def rrf(rankings: Sequence[Sequence[Hashable]], k: int = RRF_K, weights: Sequence[float] | None = None) -> list[tuple[Hashable, float]]:
+    """Items of every ranking (best first), ordered by weighted reciprocal-rank
+    sum; ties keep the order in which items were first met."""
+    weights = weights or [1.0] * len(rankings)
+    scores: dict[Hashable, float] = {}
+    for ranking, w in zip(rankings, weights):
+        for rank, item in enumerate(ranking, start=1):
+            scores[item] = scores.get(item, 0.0) + w / (k + rank)
+    return sorted(scores.items(), key=lambda kv: -kv[1])
+
+
+def minmax(runs: Sequence[Sequence[tuple[Hashable, float]]], weights: Sequence[float] | None = None) -> list[tuple[Hashable, float]]:
+    """Items of every run of (item, score), ordered by the weighted sum of
+    min-max normalised scores."""
+    weights = weights or [1.0] * len(runs)
+    scores: dict[Hashable, float] = {}
+    for run, w in zip(runs, weights):
+        if not run:
+            continue
+        values = [s for _, s in run]
+        lo, hi = min(values), max(values)
+        span = hi - lo
+        for item, s in run:
+            scores[item] = scores.get(item, 0.0) + w * ((s - lo) / span if span > 0 else 1.0)
+    return sorted(scores.items(), key=lambda kv: -kv[1])
+
+
+def fuse(runs: Sequence[Sequence[tuple[Hashable, float]]], method: str = "rrf") -> list[tuple[Hashable, float]]:
+    """Fuse runs of (item, score), best first, by `method` (rrf or minmax)."""
+    if method == "rrf":
+        return rrf([[item for item, _ in run] for run in runs])
+    if method == "minmax":
+        return minmax(runs)
+    raise ValueError(f"unknown fusion {method!r}; choose from {', '.join(METHODS)}")
