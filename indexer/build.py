@@ -7,6 +7,9 @@ A build runs in three phases, each committing through the manifest:
 2. train: once the vector count is known, the FAISS index (default factory
    chosen from count and dim) is trained on a fixed-seed sample.
 3. add: every shard gets its own index file holding its vectors.
+4. lexical: a BM25 index of every document's title and text (indexer.lexical)
+   is written to `bm25.tmp/`, renamed to `bm25/` and listed in the manifest
+   (skipped with `bm25=False`).
 
 A killed build (even SIGKILL) re-run with the same arguments skips the input
 records its committed shards consumed and continues; shard boundaries, batch
@@ -29,7 +32,7 @@ from tqdm.auto import tqdm
 
 from encoders import Document, Encoded
 
-from . import ann
+from . import ann, lexical
 from .manifest import FORMAT, FORMAT_VERSION, library_versions, read_manifest, sha256_file, write_manifest
 from .readers import Record, Skip
 from .store import LMDB_DIR, ShardStore, write_shard
@@ -57,6 +60,7 @@ class IndexWriter:
         shard_docs: int = 10_000,
         factory: str | None = None,
         backend: str = "faiss",
+        bm25: bool = True,
         inputs: dict[str, Any] | None = None,
     ) -> None:
         if shard_docs < 1:
@@ -67,7 +71,7 @@ class IndexWriter:
             ann.make_index(factory, encoder.dim)  # fail now, not after hours of encoding
         self.out = Path(out)
         self.encoder = encoder
-        self.settings = {"shard_docs": shard_docs, "factory": factory, "backend": backend}
+        self.settings = {"shard_docs": shard_docs, "factory": factory, "backend": backend, "bm25": bool(bm25)}
         self.inputs = inputs or {}
         self.manifest = self._open()
 
@@ -90,6 +94,9 @@ class IndexWriter:
         }
         if self.out.exists() and (self.out / "manifest.json").is_file():
             manifest = read_manifest(self.out)
+            # Indexes from before BM25 and titles: same settings, spelled out.
+            manifest["settings"] = {"bm25": False, **manifest["settings"]}
+            manifest["encoder"] = {"title": False, **manifest["encoder"]}
             for key in ("encoder", "settings", "inputs"):
                 if manifest[key] != fresh[key]:
                     raise ValueError(
@@ -111,8 +118,9 @@ class IndexWriter:
         """Delete whatever a killed build left that no manifest lists."""
         listed = {s["name"] for s in manifest["shards"]}
         trained = (manifest.get("index") or {}).get("trained")
+        bm25 = (manifest.get("lexical") or {}).get("dir")
         for path in self.out.iterdir():
-            if path.name == "manifest.json":
+            if path.name == "manifest.json" or path.name == bm25:
                 continue
             if path.is_dir() and path.name in listed:
                 shard = next(s for s in manifest["shards"] if s["name"] == path.name)
@@ -159,6 +167,11 @@ class IndexWriter:
             self._commit()
         if self.manifest["status"] == "adding":
             self._add()
+            self.manifest["status"] = "lexical"
+            self._commit()
+        if self.manifest["status"] == "lexical":
+            if self.settings["bm25"]:
+                self._lexical()
             self.manifest["status"] = "complete"
             self._commit()
         counts = self.manifest["counts"]
@@ -275,6 +288,30 @@ class IndexWriter:
             self._commit()
 
 
+    def _lexical(self) -> None:
+        started = time.time()
+
+        def documents() -> Iterator[tuple[str, str]]:
+            for s in self.manifest["shards"]:
+                store = ShardStore(self.out / s["name"])
+                for o in range(s["docs"]):
+                    doc = store.document(o)
+                    yield doc.id, lexical.document_text(doc.title if self.encoder.title else "", doc.text)
+                store.close()
+
+        tmp, final = self.out / (lexical.BM25_DIR + ".tmp"), self.out / lexical.BM25_DIR
+        _remove(tmp)
+        index = lexical.BM25.build(documents())
+        index.save(tmp)
+        files = {f.name: sha256_file(f) for f in sorted(tmp.iterdir())}
+        tmp.rename(final)
+        self.manifest["lexical"] = {
+            "dir": lexical.BM25_DIR, "documents": len(index), **index.params, "files": files,
+            "build_s": round(time.time() - started, 3),
+        }
+        log.info("BM25 over %d documents in %.1fs", len(index), time.time() - started)
+
+
 def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
@@ -312,7 +349,7 @@ def _concat(parts: list[Encoded], dim: int) -> Encoded:
 
 def _ours(path: Path) -> bool:
     """Files a build of ours may leave before its first commit."""
-    return path.name.startswith(("shard-", TRAINED, "manifest.json"))
+    return path.name.startswith(("shard-", TRAINED, "manifest.json", lexical.BM25_DIR))
 
 
 def _remove(path: Path) -> None:

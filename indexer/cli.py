@@ -37,6 +37,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--crossthought-weights", default="crossthought-5",
                    help="crossthought encoder: crossthought-1|3|5 (N slots), crossthought-mlm-1 (the masked-LM control), or a weights directory")
     p.add_argument("--limit", type=int, help="index at most N documents")
+    p.add_argument("--no-title", action="store_true", help="leave documents' titles out of what the encoder and BM25 read")
+    p.add_argument("--no-bm25", action="store_true", help="build no BM25 index beside the vectors")
     p.set_defaults(run=run_index)
 
 
@@ -52,10 +54,11 @@ def run_index(args: argparse.Namespace) -> int:
         options |= {"ratio": args.nugget_ratio, "query": args.nugget_query, "weights": args.nugget_weights}
     if args.encoder == "crossthought":
         options["weights"] = args.crossthought_weights
-    encoder = load_encoder(args.encoder, backbone=args.backbone, device=args.device, batch_size=args.batch_size, **options)
+    encoder = load_encoder(args.encoder, backbone=args.backbone, device=args.device, batch_size=args.batch_size, title=not args.no_title, **options)
     inputs = {"paths": [str(Path(p).resolve()) for p in args.inputs], "format": args.format, "limit": args.limit}
     records = read_corpus(args.inputs, args.format)
-    writer = IndexWriter(args.out, encoder, shard_docs=args.shard_docs, factory=args.factory, backend=args.backend, inputs=inputs)
+    writer = IndexWriter(args.out, encoder, shard_docs=args.shard_docs, factory=args.factory, backend=args.backend,
+                         bm25=not args.no_bm25, inputs=inputs)
     manifest = writer.build(records, limit=args.limit)
     c = manifest["counts"]
     print(

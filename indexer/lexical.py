@@ -35,7 +35,7 @@ STOP_WORDS = frozenset(
     "a an and are as at be but by for if in into is it no not of on or such that the their then there "
     "these they this to was will with".split()
 )
-_WORD = re.compile(r"[^\W_]+")
+WORDS = re.compile(r"[^\W_]+")
 DEFAULTS = {"method": "lucene", "k1": 1.2, "b": 0.75}
 
 
@@ -48,7 +48,7 @@ def _stemmer() -> Any:
 
 def analyze(text: str) -> list[str]:
     """Index terms of a text: "The Runners' running!" -> ['runner', 'run']."""
-    words = [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
+    words = [w for w in WORDS.findall(text.lower()) if w not in STOP_WORDS]
     return _stemmer().stemWords(words) if words else []
 
 

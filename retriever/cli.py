@@ -20,6 +20,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nprobe", type=int, default=32, help="IVF lists probed per query vector")
     p.add_argument("--candidates", type=int, help="ANN hits per query vector and shard")
     p.add_argument("--rerank", type=int, help="documents re-scored exactly")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--hybrid", action="store_true", help="fuse the dense ranking with the index's BM25 (reciprocal rank fusion)")
+    mode.add_argument("--bm25", action="store_true", help="answer from the index's BM25 alone (document level)")
     p.add_argument("--device", default="auto")
     p.set_defaults(run=run_search)
 
@@ -32,7 +35,8 @@ def run_search(args: argparse.Namespace) -> int:
     if not args.query.strip():
         raise ValueError("empty query")
     with Searcher.load(args.index, device=args.device, nprobe=args.nprobe) as searcher:
-        hits = searcher.search(args.query, k=args.k, level=args.level, candidates=args.candidates, rerank=args.rerank)
+        hits = searcher.search(args.query, k=args.k, level=args.level, candidates=args.candidates, rerank=args.rerank,
+                               hybrid=args.hybrid, bm25=args.bm25)
     if args.json:
         print(json.dumps({"query": args.query, "results": [h.to_json() for h in hits]}, ensure_ascii=False, indent=1))
         return 0

@@ -22,11 +22,11 @@ import numpy as np
 
 from encoders import Document, encoder_from_config
 from encoders.units import Unit
-from indexer import ann
+from indexer import ann, lexical
 from indexer.manifest import read_manifest
 from indexer.store import ShardStore
 
-from . import scoring
+from . import fusion, scoring
 
 if TYPE_CHECKING:
     from encoders import Encoder
@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 Level = Literal["doc", "sentence", "unit"]
 LEVELS = ("doc", "sentence", "unit")
+# Hybrid search fuses the dense and the BM25 ranking of this many documents each.
+FUSION_DEPTH = 100
 
 
 @dataclass
@@ -92,6 +94,19 @@ class Searcher:
         self._nprobe_lock = threading.Lock()
         self._nprobe = -1
         self._set_nprobe(nprobe)
+        self._bm25: lexical.BM25 | None = None
+        self._bm25_lock = threading.Lock()
+
+    @property
+    def bm25(self) -> lexical.BM25:
+        """The index's BM25 (loaded, memory-mapped, on first use)."""
+        with self._bm25_lock:
+            if self._bm25 is None:
+                info = self.manifest.get("lexical")
+                if not info:
+                    raise ValueError(f"{self.path} has no BM25 index (built with --no-bm25, or before propdex had one); rebuild it to search with BM25")
+                self._bm25 = lexical.BM25.load(self.path / info["dir"])
+            return self._bm25
 
     @classmethod
     def load(
@@ -144,12 +159,20 @@ class Searcher:
         rerank: int | None = None,
         exclude: Sequence[set[str]] | None = None,
         within: Sequence[Sequence[str]] | None = None,
+        hybrid: bool = False,
+        bm25: bool = False,
     ) -> list[list[Hit]]:
         """Search many queries; `candidates` = ANN hits per query vector and shard,
         `rerank` = documents re-scored exactly per query, `exclude` = doc ids to
         leave out of each query's results. `within` skips stage 1: each query
         re-scores exactly the documents listed for it (another retriever's
-        candidates, BM25's top 200 say); ids not in the index are ignored."""
+        candidates, BM25's top 200 say); ids not in the index are ignored.
+
+        `hybrid` fuses the dense ranking with the index's BM25 ranking by
+        reciprocal rank fusion (retriever.fusion; each list FUSION_DEPTH deep;
+        below document level a sentence or unit takes its document's BM25
+        rank). `bm25` answers from BM25 alone (document level; the hit's
+        sentence is the one that holds most query terms)."""
         if level not in LEVELS:
             raise ValueError(f"unknown level {level!r}; choose from {', '.join(LEVELS)}")
         if k < 1:
@@ -159,12 +182,19 @@ class Searcher:
                 raise ValueError("empty query")
         if within is not None and len(within) != len(queries):
             raise ValueError(f"within lists {len(within)} candidate sets for {len(queries)} queries")
+        if hybrid and bm25:
+            raise ValueError("choose hybrid or bm25, not both")
+        if bm25:
+            if level != "doc":
+                raise ValueError("BM25 alone ranks documents: use level='doc', or hybrid=True for sentences and units")
+            return [self._lexical_hits(_text(q), k, exclude[qi] if exclude else set()) for qi, q in enumerate(queries)]
         if nprobe is not None:
             self._set_nprobe(nprobe)
         encoded = self.encoder.encode_queries(list(queries))
         sizes = [len(e.vectors) for e in encoded]
+        depth = max(k, FUSION_DEPTH) if hybrid else k
         # Multi-vector queries spread their budget over many vectors.
-        per_vector = candidates or (64 if max(sizes) > 1 else max(100, 10 * k))
+        per_vector = candidates or (64 if max(sizes) > 1 else max(100, 10 * depth))
         n_rerank = rerank or max(100, 2 * k)
         if within is None:
             hits = self._stage1(np.concatenate([e.vectors for e in encoded]), per_vector)  # one ANN call for the batch
@@ -179,8 +209,51 @@ class Searcher:
             else:
                 chosen = self._locate(within[qi])
             cands = self._stage2(e.vectors, chosen, n_rerank if within is None else len(chosen), skip)
-            results.append(self._aggregate(cands, k, level))
+            if not hybrid:
+                results.append(self._hits(cands, self._rows(cands, k, level), level))
+                continue
+            lexical_ranking = [d for d, _ in self.bm25.search(_text(queries[qi]), depth, exclude=skip)]
+            if level != "doc":
+                # Sentences of BM25's best documents must be there to be fused.
+                have = {self.shards[c.shard].store.document(c.ordinal).id for c in cands}
+                missing = [d for d in lexical_ranking[:k] if d not in have]
+                if missing:
+                    cands += self._stage2(e.vectors, self._locate(missing), len(missing), skip)
+            results.append(self._fused(cands, self._rows(cands, depth, level), lexical_ranking, e.vectors, k, level, skip))
         return results
+
+    def _fused(self, cands: list["_Candidate"], rows: list[tuple[float, int, int]], lexical_ranking: list[str], q: np.ndarray,
+               k: int, level: Level, skip: set[str]) -> list[Hit]:
+        """RRF of the dense rows and the BM25 document ranking; the hits of the best k."""
+        doc_of = [self.shards[c.shard].store.document(c.ordinal).id for c in cands]
+        lexical_rank = {d: r for r, d in enumerate(lexical_ranking, start=1)}
+        if level == "doc":
+            fused = fusion.rrf([[doc_of[ci] for _, ci, _ in rows], lexical_ranking])[:k]
+            by_doc = {doc_of[ci]: (ci, j) for _, ci, j in rows}
+            missing = [d for d, _ in fused if d not in by_doc]
+            if missing:  # BM25's finds the dense side never scored: score them now, for their sentence
+                extra = self._stage2(q, self._locate(missing), len(missing), skip)
+                for c in extra:
+                    cands.append(c)
+                    by_doc[self.shards[c.shard].store.document(c.ordinal).id] = (len(cands) - 1, 0)
+            chosen = [(score, *by_doc[d]) for d, score in fused if d in by_doc]
+        else:
+            scored = [(1 / (fusion.RRF_K + r) + (1 / (fusion.RRF_K + lexical_rank[doc_of[ci]]) if doc_of[ci] in lexical_rank else 0.0), ci, j)
+                      for r, (_, ci, j) in enumerate(rows, start=1)]
+            chosen = sorted(scored, key=lambda t: -t[0])[:k]
+        return self._hits(cands, chosen, level)
+
+    def _lexical_hits(self, query: str, k: int, skip: set[str]) -> list[Hit]:
+        terms = set(lexical.analyze(query))
+        out = []
+        for rank, (doc_id, score) in enumerate(self.bm25.search(query, k, exclude=skip), start=1):
+            for shard in self.shards:
+                ordinal = shard.store.ordinal(doc_id)
+                if ordinal is not None:
+                    doc = shard.store.document(ordinal)
+                    out.append(_lexical_hit(rank, doc, score, terms))
+                    break
+        return out
 
     # -- stage 1 ---------------------------------------------------------------------
     def _stage1(self, vectors: np.ndarray, per_vector: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -265,10 +338,12 @@ class Searcher:
         return out[:n_rerank]
 
     # -- aggregation -------------------------------------------------------------------
-    def _aggregate(self, cands: list[_Candidate], k: int, level: Level) -> list[Hit]:
+    @staticmethod
+    def _rows(cands: list[_Candidate], k: int, level: Level) -> list[tuple[float, int, int]]:
+        """The best k (score, candidate index, sentence or unit; 0 for a document), best first."""
         if level == "doc":
-            return [self._hit(rank + 1, c, c.score, None) for rank, c in enumerate(cands[:k])]
-        rows: list[tuple[float, int, int]] = []  # (score, candidate index, sentence or unit)
+            return [(c.score, ci, 0) for ci, c in enumerate(cands[:k])]
+        rows: list[tuple[float, int, int]] = []
         for ci, c in enumerate(cands):
             if level == "sentence":
                 scores = c.sentence_scores()
@@ -278,7 +353,11 @@ class Searcher:
                 if np.isfinite(scores[j]):
                     rows.append((float(scores[j]), ci, int(j)))
         rows.sort(key=lambda r: (-r[0], cands[r[1]].shard, cands[r[1]].ordinal, r[2]))
-        return [self._hit(rank + 1, cands[ci], score, (level, j)) for rank, (score, ci, j) in enumerate(rows[:k])]
+        return rows[:k]
+
+    def _hits(self, cands: list[_Candidate], rows: Sequence[tuple[float, int, int]], level: Level) -> list[Hit]:
+        return [self._hit(rank + 1, cands[ci], score, None if level == "doc" else (level, j))
+                for rank, (score, ci, j) in enumerate(rows)]
 
     def _hit(self, rank: int, c: _Candidate, score: float, where: tuple[str, int] | None) -> Hit:
         store = self.shards[c.shard].store
@@ -319,3 +398,21 @@ class Searcher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _text(query: str | Document) -> str:
+    return query.text if isinstance(query, Document) else query
+
+
+def _lexical_hit(rank: int, doc: Document, score: float, terms: set[str]) -> Hit:
+    """A BM25 hit: the sentence holding the most distinct query terms, with
+    the words that match marked."""
+    sentences = doc.sentences or ((0, len(doc.text)),)
+    best, best_spans, best_n = 0, [], -1
+    for i, (a, b) in enumerate(sentences):
+        spans = [(m.start(), m.end()) for m in lexical.WORDS.finditer(doc.text[a:b]) if set(lexical.analyze(m.group())) & terms]
+        n = len({doc.text[a + x:a + y].lower() for x, y in spans})
+        if n > best_n:
+            best, best_spans, best_n = i, spans, n
+    a, b = sentences[best]
+    return Hit(rank, doc.id, doc.title, score, best, doc.text[a:b], best_spans)
