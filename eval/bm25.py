@@ -1,4 +1,9 @@
-"""A lexical baseline: BM25 (rank-bm25's BM25Okapi) over (id, text) pairs.
+"""The reference BM25: rank-bm25's BM25Okapi over (id, text) pairs.
+
+propdex's BM25 is `indexer.lexical` (bm25s, persisted in every index, used by
+the `bm25` eval system and by `search --bm25/--hybrid`); this module keeps
+rank-bm25 as the reference it is checked against, and serves the nugget RR
+task (eval.rr), whose published figures were measured with it.
 
 Tokenizer: lowercase, then every maximal run of Unicode letters/digits is a
 token (`[^\\W_]+`); punctuation, underscores and whitespace separate tokens.

@@ -69,6 +69,7 @@ def run_info(args: argparse.Namespace) -> int:
         "encoder": m["encoder"],
         "backbone": m["backbone"],
         "index": m["index"],
+        "bm25": {k: v for k, v in (m.get("lexical") or {}).items() if k != "files"} or None,
         "counts": m.get("counts", {}),
         "skipped": m.get("skipped", {}),
         "shards": len(shards),

@@ -194,7 +194,7 @@ class Searcher:
         sizes = [len(e.vectors) for e in encoded]
         depth = max(k, FUSION_DEPTH) if hybrid else k
         # Multi-vector queries spread their budget over many vectors.
-        per_vector = candidates or (64 if max(sizes) > 1 else max(100, 10 * depth))
+        per_vector = candidates or (64 if max(sizes) > 1 else max(100, 10 * k))
         n_rerank = rerank or max(100, 2 * k)
         if within is None:
             hits = self._stage1(np.concatenate([e.vectors for e in encoded]), per_vector)  # one ANN call for the batch

@@ -1,0 +1,211 @@
+"""Titles as context, the BM25 index inside every propdex index, and fusion."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from encoders import Document, load_encoder
+from encoders.base import TITLE_TOKENS, clip_title
+from indexer import lexical
+from indexer.build import IndexWriter
+from indexer.manifest import read_manifest
+from paths import DATA
+from retriever import Searcher, fusion
+
+SCIFACT = DATA / "beir" / "scifact"
+
+
+def _scifact_docs(n: int) -> list[Document]:
+    from indexer.readers import read_corpus
+
+    return [d for _, d in zip(range(n), read_corpus([SCIFACT / "corpus.jsonl"]))]
+
+
+# -- titles ------------------------------------------------------------------------
+@pytest.mark.slow
+def test_title_reaches_the_encoder_but_never_a_unit(minilm, hotpot_docs):
+    doc = next(d for d in hotpot_docs if d.title and len(d.sentences) > 1)
+    titled = load_encoder("tokens", backbone=minilm, title=True)
+    plain = load_encoder("tokens", backbone=minilm, title=False)
+    [passage] = titled.passages(doc)[:1]
+    states = titled.forward([passage])[0]
+    words = minilm.tokenizer.convert_ids_to_tokens(states.ids.tolist())
+    title_words = minilm.tokenizer.tokenize(doc.title)
+    # [CLS] title [SEP] text [SEP]: the title's tokens are in the input, marked as not text.
+    assert words[1 : 1 + len(title_words)] == title_words
+    assert states.special[: len(title_words) + 2].all()
+    assert not states.special[len(title_words) + 2 : -1].any()
+
+    with_title = titled.encode(titled.passages(doc))
+    without = plain.encode(plain.passages(doc))
+    units_t = [u for e in with_title for u in e.units]
+    units_p = [u for e in without for u in e.units]
+    # Same units (same body tokens, same sentence-relative spans), other vectors.
+    assert units_t == units_p
+    for u in units_t:
+        for a, b in u.spans:
+            assert 0 <= a < b <= len(doc.sentence_text(u.sentence))
+    assert not np.allclose(np.concatenate([e.vectors for e in with_title]), np.concatenate([e.vectors for e in without]))
+    # A document without a title encodes exactly as with titles off.
+    untitled = Document(doc.id, doc.text, "", doc.sentences)
+    a = titled.encode(titled.passages(untitled))
+    np.testing.assert_array_equal(np.concatenate([e.vectors for e in a]), np.concatenate([e.vectors for e in without]))
+
+
+def test_title_takes_room_from_the_window_and_long_titles_are_clipped(tiny):
+    enc = load_encoder("tokens", backbone=tiny)
+    text = " ".join(f"word{i}." for i in range(400))
+    sentences = []
+    pos = 0
+    for piece in text.split(" "):
+        sentences.append((pos, pos + len(piece)))
+        pos += len(piece) + 1
+    doc = Document("d", text, "A title " * 40, tuple(sentences))
+    clipped = clip_title(tiny.tokenizer, doc.title)
+    assert len(tiny.tokenizer.tokenize(clipped)) == TITLE_TOKENS
+    passages = enc.passages(doc)
+    for p, states in zip(passages, enc.forward(passages)):
+        body = ~states.special
+        # Every passage token made it into the model input: no text truncated.
+        assert body.sum() == len(tiny.tokenizer(p.text, add_special_tokens=False)["input_ids"])
+        assert len(states.ids) <= tiny.max_length
+    assert passages[0].start == 0 and passages[-1].end == len(text)
+
+
+# -- BM25 -----------------------------------------------------------------------------
+def test_analyzer_stems_and_drops_stop_words():
+    assert lexical.analyze("The Runners were running to the Seine!") == ["runner", "were", "run", "sein"]
+    assert lexical.analyze("the of and") == []
+
+
+def test_bm25_agrees_with_rank_bm25_under_robertson_idf():
+    from rank_bm25 import BM25Okapi
+
+    docs = _scifact_docs(300)
+    texts = [lexical.document_text(d.title, d.text) for d in docs]
+    ours = lexical.BM25.build(((d.id, t) for d, t in zip(docs, texts)), method="robertson", k1=1.5, b=0.75)
+    reference = BM25Okapi([lexical.analyze(t) for t in texts], k1=1.5, b=0.75)
+    queries = json.loads("[" + ",".join((SCIFACT / "queries.jsonl").read_text().splitlines()[:40]) + "]")
+    compared = 0
+    for q in queries:
+        terms = lexical.analyze(q["text"])
+        df = {t: sum(t in f for f in reference.doc_freqs) for t in set(terms)}
+        if not terms or any(n * 2 >= len(docs) for n in df.values()):
+            continue  # rank-bm25 floors idf <= 0 differently; outside the stated agreement
+        mine = ours.scores(q["text"])
+        theirs = np.asarray(reference.get_scores(terms))
+        # Same formula up to the constant (k1 + 1) that Lucene-style tf drops.
+        np.testing.assert_allclose(mine * (1.5 + 1), theirs, rtol=1e-4, atol=1e-4)
+        top = lambda s: [i for i in np.lexsort((np.arange(len(s)), -s))[:10] if s[i] > 0]  # noqa: E731
+        assert top(mine) == top(theirs)
+        compared += 1
+    assert compared >= 20
+
+
+def test_bm25_search_excludes_and_keeps_order():
+    docs = [("a", "apple banana"), ("b", "apple"), ("c", "cherry"), ("d", "apple apple banana")]
+    index = lexical.BM25.build(docs)
+    hits = index.search("apple banana", 10)
+    assert [d for d, _ in hits][:2] == ["d", "a"] or [d for d, _ in hits][:2] == ["a", "d"]
+    assert "c" not in [d for d, _ in hits]  # no term in common: not a hit
+    assert "d" not in [d for d, _ in index.search("apple banana", 10, exclude={"d"})]
+    assert index.search("zebra", 5) == []
+
+
+_KILL_DURING_BM25 = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    sys.path[:0] = [{root!r}, {tests!r}]
+    from encoders import Backbone, load_encoder
+    from indexer import lexical
+    from indexer.build import IndexWriter
+    from indexer.readers import read_corpus
+
+    real_save = lexical.BM25.save
+    def save_then_die(self, directory):
+        real_save(self, directory)
+        files = sorted(Path(directory).iterdir())
+        files[0].write_bytes(files[0].read_bytes()[:7])  # half-written
+        os.kill(os.getpid(), signal.SIGKILL)
+    lexical.BM25.save = save_then_die
+    enc = load_encoder("tokens", backbone=Backbone.load({tiny!r}, device="cpu", max_length=64))
+    docs = [d for _, d in zip(range(60), read_corpus([{corpus!r}]))]
+    IndexWriter({out!r}, enc, shard_docs=20, inputs={{"n": 60}}).build(docs)
+""")
+
+
+def test_bm25_write_killed_resumes_to_the_same_index(tmp_path, tiny, tiny_dir):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    docs = _scifact_docs(60)
+    enc = load_encoder("tokens", backbone=tiny)
+    whole = IndexWriter(tmp_path / "whole", enc, shard_docs=20, inputs={"n": 60}).build(docs)
+    assert whole["status"] == "complete" and whole["lexical"]["documents"] == 60
+
+    script = _KILL_DURING_BM25.format(root=str(root), tests=str(root / "tests"), tiny=str(tiny_dir),
+                                      corpus=str(SCIFACT / "corpus.jsonl"), out=str(tmp_path / "killed"))
+    victim = subprocess.run([sys.executable, "-c", script], capture_output=True)
+    assert victim.returncode == -9, victim.stderr.decode()[-2000:]
+    assert read_manifest(tmp_path / "killed")["status"] == "lexical"
+    assert (tmp_path / "killed" / "bm25.tmp").is_dir()  # what the kill left
+
+    resumed = IndexWriter(tmp_path / "killed", enc, shard_docs=20, inputs={"n": 60}).build(docs)
+    assert resumed["status"] == "complete"
+    assert not (tmp_path / "killed" / "bm25.tmp").exists()
+    assert resumed["lexical"]["files"] == whole["lexical"]["files"]
+    with Searcher.load(tmp_path / "whole", encoder=enc) as a, Searcher.load(tmp_path / "killed", encoder=enc) as b:
+        for q in ("coronavirus vaccine efficacy", "DNA methylation in cancer cells"):
+            assert [(h.doc_id, h.score) for h in a.search(q, k=5, bm25=True)] == [(h.doc_id, h.score) for h in b.search(q, k=5, bm25=True)]
+
+
+def test_no_bm25_builds_none_and_says_so(tmp_path, tiny):
+    enc = load_encoder("single", backbone=tiny)
+    manifest = IndexWriter(tmp_path / "i", enc, bm25=False).build(_scifact_docs(10))
+    assert "lexical" not in manifest and not (tmp_path / "i" / "bm25").exists()
+    with Searcher.load(tmp_path / "i", encoder=enc) as s:
+        with pytest.raises(ValueError, match="no BM25 index"):
+            s.search("anything", bm25=True)
+
+
+# -- fusion ----------------------------------------------------------------------------
+def test_rrf_by_hand():
+    fused = fusion.rrf([["a", "b", "c"], ["c", "a"]])
+    expected = {"a": 1 / 61 + 1 / 62, "b": 1 / 62, "c": 1 / 63 + 1 / 61}
+    assert [d for d, _ in fused] == ["a", "c", "b"]
+    for d, s in fused:
+        assert s == pytest.approx(expected[d])
+
+
+def test_minmax_by_hand():
+    fused = dict(fusion.minmax([[("a", 10.0), ("b", 5.0), ("c", 0.0)], [("c", 0.9), ("b", 0.1)]]))
+    assert fused == pytest.approx({"a": 1.0, "b": 0.5, "c": 1.0})
+    with pytest.raises(ValueError, match="unknown fusion"):
+        fusion.fuse([], "borda")
+
+
+@pytest.mark.slow
+def test_hybrid_finds_a_document_only_its_title_names(tmp_path, minilm):
+    from eval.cli import main
+
+    docs = [
+        {"id": "derrickson", "title": "Scott Derrickson", "text": "He is an American director, screenwriter and producer. He lives in Los Angeles, California."},
+        {"id": "wood", "title": "Ed Wood", "text": "He was an American filmmaker, actor, writer, producer, and director."},
+        {"id": "doctor", "title": "Doctor Strange (2016 film)", "text": "It is a 2016 American superhero film directed by a director from Denver."},
+        {"id": "sinister", "title": "Sinister (film)", "text": "It is a 2012 supernatural horror film written by an American screenwriter."},
+    ]
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("\n".join(json.dumps(d) for d in docs))
+    assert main(["-q", "index", str(corpus), "--out", str(tmp_path / "idx"), "--encoder", "tokens"]) == 0
+    with Searcher.load(tmp_path / "idx", device="cpu") as s:
+        for mode in ({"hybrid": True}, {"bm25": True}):
+            hits = s.search("Where does Derrickson live?", k=2, **mode)
+            assert hits[0].doc_id == "derrickson", mode
+        sentence = s.search("Where does Derrickson live?", k=3, level="sentence", hybrid=True)
+        assert (sentence[0].doc_id, sentence[0].sentence_index) == ("derrickson", 1)
+        assert sentence[0].sentence_text == "He lives in Los Angeles, California."
