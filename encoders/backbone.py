@@ -56,6 +56,11 @@ class Backbone:
     device: torch.device
     max_length: int
     source: str  # the directory or hub name it was loaded from
+    # (text, title, max_length) -> TokenStates of the last layer, shared by
+    # every encoder that reads them unchanged (single, tokens and their
+    # variants) when set to a dict: eval runs many systems on one corpus.
+    state_cache: dict | None = None
+    state_cache_hits: int = 0
 
     @classmethod
     def load(cls, name: str = DEFAULT_BACKBONE, device: str = "auto", max_length: int | None = None) -> "Backbone":

@@ -85,16 +85,34 @@ class Encoder(ABC):
     ) -> list[Encoded]:
         """Encode passages; the i-th result belongs to the i-th passage."""
         results: list[Encoded | None] = [None] * len(passages)
+        cache = self.backbone.state_cache if self.cacheable else None
         # Length-sorted batches waste little compute on padding.
         order = sorted(range(len(passages)), key=lambda i: len(passages[i].text))
         bar = tqdm(total=len(passages), desc=f"encode {self.name}", unit="psg", disable=not progress, leave=False)
         for start in range(0, len(order), self.batch_size):
             batch = [order[i] for i in range(start, min(start + self.batch_size, len(order)))]
-            for i, token_states in zip(batch, self.forward([passages[i] for i in batch])):
-                results[i] = self.pool(passages[i], token_states, query=query)
+            states: dict[int, TokenStates] = {}
+            if cache is not None:
+                keys = {i: (passages[i].text, self.title_of(passages[i].doc), self.max_length) for i in batch}
+                states = {i: cache[keys[i]] for i in batch if keys[i] in cache}
+                self.backbone.state_cache_hits += len(states)
+            todo = [i for i in batch if i not in states]
+            if todo:
+                fresh = dict(zip(todo, self.forward([passages[i] for i in todo])))
+                if cache is not None:
+                    cache.update((keys[i], fresh[i]) for i in todo)
+                states |= fresh
+            for i in batch:
+                results[i] = self.pool(passages[i], states[i], query=query)
             bar.update(len(batch))
         bar.close()
         return results  # type: ignore[return-value]
+
+    @property
+    def cacheable(self) -> bool:
+        """Are this encoder's token states the backbone's own last layer, so
+        that encoders on one backbone can share them (Backbone.state_cache)?"""
+        return self.model is None and self.layers is None and self.prefix == 0 and type(self).run is Encoder.run
 
     def encode_queries(self, queries: Sequence[str | Document]) -> list[Encoded]:
         return self.encode([_query_passage(q) for q in queries], query=True)

@@ -1,25 +1,53 @@
-"""`tokens`: one vector per token, ColBERT-style late interaction."""
+"""`tokens`: one vector per token, ColBERT-style late interaction.
+
+Two ways to store fewer vectors per passage, both measured against nuggets
+(eval/RESULTS.md) at the same budget:
+- `pool=F`: token pooling (Clavie et al. 2024): a passage's token vectors are
+  clustered hierarchically (Ward linkage on cosine distance) into ceil(n / F)
+  clusters; each cluster's mean, normalised, is one vector whose unit spans
+  all of its tokens.
+- `keep="idf", ratio=r`: static pruning: the ceil(n r) tokens of highest IDF
+  (a word-piece's inverse document frequency over Wikipedia's training split,
+  shipped as weights/idf; `propdex train idf` rebuilds it) are kept.
+"""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
+import torch
 
+from . import weights_path
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, focus_mask, l2_normalize
 from .text import is_wordlike
 from .units import Encoded, Kind, Passage
+
+KEEP = ("all", "idf")
 
 
 class TokensEncoder(Encoder):
     name = "tokens"
     kind = Kind.TOKEN
 
-    def __init__(self, backbone: Backbone, batch_size: int = 32, drop_punct: bool = True) -> None:
+    def __init__(self, backbone: Backbone, batch_size: int = 32, drop_punct: bool = True, pool: int | str = 1,
+                 keep: str = "all", ratio: float | str = 1.0, idf_sha256: str | None = None) -> None:
         super().__init__(backbone, batch_size)
         # Punctuation tokens are ~15% of Wikipedia tokens and match everything
         # weakly; dropping them shrinks the index without hurting MaxSim much.
         self.drop_punct = drop_punct
+        self.pool_factor = int(pool)
+        self.keep, self.ratio = keep, float(ratio)
+        if self.pool_factor < 1:
+            raise ValueError(f"tokens pool factor must be at least 1, got {pool}")
+        if keep not in KEEP:
+            raise ValueError(f"tokens keep must be one of {', '.join(KEEP)}, got {keep!r}")
+        if not 0 < self.ratio <= 1:
+            raise ValueError(f"tokens ratio must be in (0, 1], got {ratio}")
+        if keep != "all" and self.pool_factor > 1:
+            raise ValueError("tokens: choose pool=F or keep=idf, not both")
+        self.idf, self.idf_sha256 = (load_idf(backbone, idf_sha256) if keep == "idf" else (None, None))
         # Decided once per vocabulary entry, not per token in the hot path;
         # only [UNK] needs the text it stands for.
         tokenizer = backbone.tokenizer
@@ -28,7 +56,12 @@ class TokensEncoder(Encoder):
         self._unk = tokenizer.unk_token_id
 
     def options(self) -> dict[str, Any]:
-        return {"drop_punct": self.drop_punct}
+        options: dict[str, Any] = {"drop_punct": self.drop_punct}
+        if self.pool_factor > 1:
+            options["pool"] = self.pool_factor
+        if self.keep != "all":
+            options |= {"keep": self.keep, "ratio": self.ratio, "idf_sha256": self.idf_sha256}
+        return options
 
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
         doc = passage.doc
@@ -45,6 +78,50 @@ class TokensEncoder(Encoder):
         idx = np.flatnonzero(keep)
         if len(idx) == 0:
             return Encoded(np.zeros((0, self.dim), np.float32), [])
+        if query:  # a query keeps every token: compression is for the index
+            groups = [[i] for i in idx]
+        elif self.keep == "idf":
+            n = math.ceil(len(idx) * self.ratio)
+            groups = [[i] for i in np.sort(idx[np.argsort(-self.idf[tokens.ids[idx]], kind="stable")[:n]])]
+        elif self.pool_factor > 1:
+            groups = [[int(idx[j]) for j in g] for g in pool_groups(tokens.states[idx].numpy(), self.pool_factor)]
+        else:
+            groups = [[i] for i in idx]
+        if all(len(g) == 1 for g in groups):
+            vectors = l2_normalize(tokens.states[[g[0] for g in groups]])
+        else:
+            vectors = l2_normalize(torch.stack([tokens.states[g].mean(0) for g in groups]))
         locate = SentenceLocator(doc)
-        units = [locate.unit([(int(char_spans[i, 0]), int(char_spans[i, 1]))], Kind.TOKEN) for i in idx]
-        return Encoded(l2_normalize(tokens.states[idx]), units)
+        units = [locate.unit([(int(char_spans[i, 0]), int(char_spans[i, 1])) for i in g], Kind.TOKEN) for g in groups]
+        return Encoded(vectors, units)
+
+
+def pool_groups(vectors: np.ndarray, factor: int) -> list[list[int]]:
+    """Rows of `vectors` in ceil(n / factor) clusters (Ward linkage on cosine
+    distance), each cluster's rows in order, clusters by their first row."""
+    n = len(vectors)
+    clusters = math.ceil(n / factor)
+    if clusters >= n:
+        return [[i] for i in range(n)]
+    from scipy.cluster.hierarchy import fcluster, linkage
+
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    distance = np.clip(1.0 - unit @ unit.T, 0.0, None)
+    condensed = distance[np.triu_indices(n, 1)]
+    labels = fcluster(linkage(condensed, method="ward"), t=clusters, criterion="maxclust")
+    groups: dict[int, list[int]] = {}
+    for i, label in enumerate(labels):
+        groups.setdefault(int(label), []).append(i)
+    return sorted(groups.values())
+
+
+def load_idf(backbone: Backbone, expected_sha256: str | None = None) -> tuple[np.ndarray, str]:
+    """The shipped word-piece IDF table for this backbone's vocabulary, and its sha256."""
+    from .provenance import read_weights, verified_sha256
+
+    path = weights_path("idf")
+    state, config = read_weights(path, "IDF table", "rebuild it with `propdex train idf`")
+    idf = state["idf"].float().numpy()
+    if len(idf) != len(backbone.tokenizer):
+        raise ValueError(f"{path}: IDF table for a vocabulary of {len(idf)}, the backbone has {len(backbone.tokenizer)}")
+    return idf, verified_sha256(path, expected_sha256)

@@ -56,6 +56,12 @@ def add_commands(sub) -> None:
     n.add_argument("--device", default="auto")
     n.set_defaults(run=_nugget)
 
+    f = tsub.add_parser("idf", help="word-piece IDF table over Wikipedia's training split (tokens:keep=idf)")
+    f.add_argument("--wiki", type=Path, default=Path(WIKI_EXTRACTED), help="WikiExtractor folder (wiki_00..69 are read)")
+    f.add_argument("--out", type=Path, default=WEIGHTS / "idf")
+    f.add_argument("--backbone", help="default: the packaged all-MiniLM-L6-v2")
+    f.set_defaults(run=_idf)
+
     d = tsub.add_parser("docsplit", help="DocSplit contrastive stage (halves of a document are positives) for nugget or single")
     d.add_argument("--encoder", choices=("nugget", "single"), default="nugget")
     d.add_argument("--init", type=Path, default=WEIGHTS / "nugget-ae", help="nugget weights to start from (nugget only)")
@@ -138,4 +144,12 @@ def _crossthought(args) -> int:
         out, wiki=args.wiki, backbone=args.backbone, slots=args.slots, control=args.control, length=args.length, lora=args.lora,
         steps=args.steps, batch=args.batch, run=args.per_run, lr=args.lr, seed=args.seed, device=args.device,
     )
+    return 0
+
+
+def _idf(args) -> int:
+    from .idf import train_idf
+
+    config = train_idf(args.wiki, args.out, args.backbone)
+    print(f"IDF over {config['documents']} sections, {config['vocab']} word-pieces, {config['seconds']} s -> {args.out}")
     return 0
