@@ -55,3 +55,26 @@ def test_propsegment_levels_bm25():
     # coarser units are easier to hit: recall grows with the level
     assert unit["R@5"] < sentence["R@5"] < doc["R@5"]
     assert 0.2 < unit["P@1"] < 0.4
+
+
+def test_malformed_spec_names_itself_and_the_grammar():
+    with pytest.raises(ValueError, match=r"'crossthought:control'.*option=value.*grammar"):
+        System.parse("crossthought:control")
+    assert not System.parse("tokens:title=0").titles() and System.parse("tokens").titles()
+
+
+def test_fused_systems_reuse_their_parts_and_fuse_by_rrf():
+    from retriever import fusion
+
+    result = evaluate("beir", str(DATA / "beir" / "scifact"), ["bm25", "bm25:title=0", "bm25+bm25:title=0",
+                                                                "bm25+bm25:title=0:fusion=minmax"], limit=30)
+    systems = result["systems"]
+    assert systems["bm25+bm25:title=0"]["fusion"] == "rrf" and systems["bm25+bm25:title=0:fusion=minmax"]["fusion"] == "minmax"
+    for name in ("bm25+bm25:title=0", "bm25+bm25:title=0:fusion=minmax"):
+        fused = systems[name]
+        assert 0 < fused["metrics"]["nDCG@10"] <= 1
+        # A fusion's latency holds both parts'.
+        assert fused["latency_ms_p50"] >= min(systems["bm25"]["latency_ms_p50"], systems["bm25:title=0"]["latency_ms_p50"])
+    # Titles are read by default: the two BM25 rankings differ.
+    assert systems["bm25"]["metrics"] != systems["bm25:title=0"]["metrics"]
+    assert fusion.rrf([["x"], ["x"]])[0][1] == pytest.approx(2 / 61)
