@@ -190,22 +190,34 @@ def test_minmax_by_hand():
 
 
 @pytest.mark.slow
-def test_hybrid_finds_a_document_only_its_title_names(tmp_path, minilm):
+def test_hybrid_finds_a_document_only_its_title_names(tmp_path, capsys):
+    """80 real SciFact abstracts; 'RiboSys', 'Saccharomyces' and 'cerevisiae'
+    stand in one title (365896) and in no abstract."""
     from eval.cli import main
 
-    docs = [
-        {"id": "derrickson", "title": "Scott Derrickson", "text": "He is an American director, screenwriter and producer. He lives in Los Angeles, California."},
-        {"id": "wood", "title": "Ed Wood", "text": "He was an American filmmaker, actor, writer, producer, and director."},
-        {"id": "doctor", "title": "Doctor Strange (2016 film)", "text": "It is a 2016 American superhero film directed by a director from Denver."},
-        {"id": "sinister", "title": "Sinister (film)", "text": "It is a 2012 supernatural horror film written by an American screenwriter."},
-    ]
-    corpus = tmp_path / "docs.jsonl"
-    corpus.write_text("\n".join(json.dumps(d) for d in docs))
-    assert main(["-q", "index", str(corpus), "--out", str(tmp_path / "idx"), "--encoder", "tokens"]) == 0
-    with Searcher.load(tmp_path / "idx", device="cpu") as s:
-        for mode in ({"hybrid": True}, {"bm25": True}):
-            hits = s.search("Where does Derrickson live?", k=2, **mode)
-            assert hits[0].doc_id == "derrickson", mode
-        sentence = s.search("Where does Derrickson live?", k=3, level="sentence", hybrid=True)
-        assert (sentence[0].doc_id, sentence[0].sentence_index) == ("derrickson", 1)
-        assert sentence[0].sentence_text == "He lives in Los Angeles, California."
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(line + "\n" for line in (SCIFACT / "corpus.jsonl").read_text().splitlines()[:80]))
+    query = "RiboSys for Saccharomyces cerevisiae"
+    assert "RiboSys" not in corpus.read_text().split('"text"')[1]
+    for out, extra in (("titled", []), ("plain", ["--no-title"])):
+        assert main(["-q", "index", str(corpus), "--out", str(tmp_path / out), "--encoder", "tokens", "--device", "cpu", *extra]) == 0
+    capsys.readouterr()
+
+    def top(index: str, *flags: str) -> list[dict]:
+        assert main(["-q", "search", str(tmp_path / index), query, "-k", "3", "--json", "--device", "cpu", *flags]) == 0
+        return json.loads(capsys.readouterr().out)["results"]
+
+    for flags in (["--hybrid"], ["--bm25"], ["--hybrid", "--level", "sentence"]):
+        hits = top("titled", *flags)
+        assert hits[0]["doc_id"] == "365896", flags
+        assert hits[0]["sentence"]["text"] and hits[0]["sentence"]["text"] in _scifact_text("365896")  # body text, never the title
+    # Without titles no indexed word of the query is in that document: BM25 cannot find it.
+    assert "365896" not in [h["doc_id"] for h in top("plain", "--bm25")]
+
+
+def _scifact_text(doc_id: str) -> str:
+    for line in (SCIFACT / "corpus.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["_id"] == doc_id:
+            return record["text"]
+    raise KeyError(doc_id)
