@@ -170,6 +170,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     writer = IndexWriter(
         out, encoder, shard_docs=10_000, factory=system.options.get("factory"),
         backend=system.options.get("backend", "faiss"), inputs={"task": task.name, "corpus_sha256": key},
+        bm25=False,  # eval's bm25 system indexes exactly what each level needs (lexical_items)
     )
     hits = backbone.state_cache_hits
     manifest = writer.build(corpus)

@@ -94,9 +94,17 @@ class IndexWriter:
         }
         if self.out.exists() and (self.out / "manifest.json").is_file():
             manifest = read_manifest(self.out)
-            # Indexes from before BM25 and titles: same settings, spelled out.
-            manifest["settings"] = {"bm25": False, **manifest["settings"]}
+            # Indexes from before titles read none.
             manifest["encoder"] = {"title": False, **manifest["encoder"]}
+            # BM25 is a companion, not part of what the vectors are: a run
+            # with bm25 on completes an index that lacks it, one with it off
+            # leaves an existing one alone.
+            had_bm25 = manifest["settings"].pop("bm25", False)
+            if self.settings["bm25"] and not manifest.get("lexical") and manifest["status"] == "complete":
+                manifest["status"] = "lexical"
+            manifest["settings"]["bm25"] = self.settings["bm25"] or had_bm25
+            self.settings["bm25"] = manifest["settings"]["bm25"]
+            fresh["settings"] = self.settings
             for key in ("encoder", "settings", "inputs"):
                 if manifest[key] != fresh[key]:
                     raise ValueError(

@@ -171,6 +171,13 @@ def test_no_bm25_builds_none_and_says_so(tmp_path, tiny):
     with Searcher.load(tmp_path / "i", encoder=enc) as s:
         with pytest.raises(ValueError, match="no BM25 index"):
             s.search("anything", bm25=True)
+    # Re-run with BM25 on: the vectors are kept, the BM25 index is added.
+    shard = (tmp_path / "i" / "shard-00000" / "index.faiss").stat().st_mtime_ns
+    again = IndexWriter(tmp_path / "i", enc, bm25=True).build(_scifact_docs(10))
+    assert again["status"] == "complete" and again["lexical"]["documents"] == 10
+    assert (tmp_path / "i" / "shard-00000" / "index.faiss").stat().st_mtime_ns == shard
+    # And off again: what is there stays.
+    assert "lexical" in IndexWriter(tmp_path / "i", enc, bm25=False).build(_scifact_docs(10))
 
 
 # -- fusion ----------------------------------------------------------------------------
