@@ -172,7 +172,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
         backend=system.options.get("backend", "faiss"), inputs={"task": task.name, "corpus_sha256": key},
         bm25=False,  # eval's bm25 system indexes exactly what each level needs (lexical_items)
     )
-    hits = backbone.state_cache_hits
+    cache_hits = backbone.state_cache_hits
     manifest = writer.build(corpus)
     nprobe = int(system.options.get("nprobe", 32))
     searcher = Searcher.load(out, encoder=encoder, nprobe=nprobe)
@@ -199,7 +199,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
         "store_bytes_per_vector": store_bytes / max(counts["vectors"], 1),
         "encode_s": manifest["timings"]["encode_s"],
         # Encoded from backbone states an earlier system of this run computed: encode_s is pooling only.
-        "encode_shared": backbone.state_cache_hits > hits,
+        "encode_shared": backbone.state_cache_hits > cache_hits,
         "index_s": round(manifest["timings"]["train_s"] + manifest["timings"]["add_s"], 3),
         "factory": manifest["index"]["factory"],
         "encoder": manifest["encoder"],
