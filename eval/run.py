@@ -174,6 +174,8 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     )
     cache_hits = backbone.state_cache_hits
     manifest = writer.build(corpus)
+    # Corpus states an earlier system of this run computed: encode_s is pooling only.
+    shared = backbone.state_cache_hits > cache_hits
     nprobe = int(system.options.get("nprobe", 32))
     searcher = Searcher.load(out, encoder=encoder, nprobe=nprobe)
     search_level = "doc" if task.prop_text else level
@@ -198,8 +200,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
         "float32_bytes_per_vector": 4 * encoder.dim,
         "store_bytes_per_vector": store_bytes / max(counts["vectors"], 1),
         "encode_s": manifest["timings"]["encode_s"],
-        # Encoded from backbone states an earlier system of this run computed: encode_s is pooling only.
-        "encode_shared": backbone.state_cache_hits > cache_hits,
+        "encode_shared": shared,
         "index_s": round(manifest["timings"]["train_s"] + manifest["timings"]["add_s"], 3),
         "factory": manifest["index"]["factory"],
         "encoder": manifest["encoder"],
