@@ -56,7 +56,7 @@ def load_encoder(
 
     cls = encoder_class(name)
     max_length = options.pop("max_length", None)
-    title = _flag(options.pop("title", True))
+    title = flag(options.pop("title", True))
     if not isinstance(backbone, Backbone):
         backbone = Backbone.load(backbone, device=device, max_length=max_length)
     encoder = cls(backbone, batch_size=batch_size, **options)
@@ -64,7 +64,7 @@ def load_encoder(
     return encoder
 
 
-def _flag(value: Any) -> bool:
+def flag(value: Any) -> bool:
     """A switch given as a bool or as text ("1", "0", "true", "no", ...)."""
     if isinstance(value, bool):
         return value

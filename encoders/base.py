@@ -33,6 +33,7 @@ class TokenStates:
     ids: np.ndarray  # (n,) token ids
     selected: np.ndarray | None = None  # (n,) bool: tokens the encoder's model chose (nugget)
     slots: torch.Tensor | None = None  # (prefix, dim) states of positions the encoder put before the tokens
+    title: np.ndarray | None = None  # (n,) bool: the title's tokens (a subset of `special`)
 
 
 class Encoder(ABC):
@@ -128,7 +129,7 @@ class Encoder(ABC):
         padding. Title tokens, when the passage's document has a title, are
         in the states and marked `special`."""
         titles = [self.title_of(p.doc) for p in passages]
-        enc, offsets, special = tokenize(self.backbone.tokenizer, [p.text for p in passages], titles, self.max_length)
+        enc, offsets, special, title = tokenize(self.backbone.tokenizer, [p.text for p in passages], titles, self.max_length)
         ids = enc["input_ids"].numpy()
         mask = enc["attention_mask"]
         hidden, selected = self.run(enc)
@@ -138,7 +139,7 @@ class Encoder(ABC):
         p = self.prefix
         return [
             TokenStates(hidden[i, p : p + n], offsets[i, :n], special[i, :n], ids[i, :n], None if chosen is None else chosen[i, :n],
-                        hidden[i, :p] if p else None)
+                        hidden[i, :p] if p else None, title[i, :n])
             for i, n in enumerate(lengths)
         ]
 
@@ -181,9 +182,10 @@ def clip_title(tokenizer: Any, title: str) -> str:
     return title if len(offsets) <= TITLE_TOKENS else title[: offsets[TITLE_TOKENS - 1][1]]
 
 
-def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_length: int) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray]:
+def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_length: int) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
     """A padded batch (input_ids, attention_mask[, token_type_ids]), the (b, L, 2)
-    char offsets into each text and the (b, L) mask of tokens that are not text.
+    char offsets into each text, the (b, L) mask of tokens that are not text
+    and the (b, L) mask of title tokens.
 
     A text with a title is tokenized as the pair (title, text); its title
     tokens get offsets (0, 0) and count as special. Token types stay 0: a
@@ -203,17 +205,18 @@ def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_le
                         return_offsets_mapping=True, return_special_tokens_mask=True, return_tensors="pt")
         offsets = enc.pop("offset_mapping").numpy()
         special = enc.pop("special_tokens_mask").numpy().astype(bool)
+        title = np.zeros_like(special)
         if titled:
             for r in range(len(rows)):
-                context = np.array([s == 0 for s in enc.sequence_ids(r)], dtype=bool)
-                special[r] |= context
-                offsets[r][context] = 0
+                title[r] = [s == 0 for s in enc.sequence_ids(r)]
+            special |= title
+            offsets[title] = 0
         if "token_type_ids" in enc:
             enc["token_type_ids"] = torch.zeros_like(enc["token_type_ids"])
-        parts.append((rows, enc, offsets, special))
+        parts.append((rows, enc, offsets, special, title))
     if len(parts) == 1:
-        rows, enc, offsets, special = parts[0]
-        return dict(enc), offsets, special
+        rows, enc, offsets, special, title = parts[0]
+        return dict(enc), offsets, special, title
     # Both kinds in one batch: pad both to one length, put rows back in order.
     length = max(p[1]["input_ids"].shape[1] for p in parts)
     n = len(texts)
@@ -221,13 +224,15 @@ def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_le
     out = {k: torch.full((n, length), tokenizer.pad_token_id if k == "input_ids" else 0, dtype=parts[0][1][k].dtype) for k in keys}
     all_offsets = np.zeros((n, length, 2), dtype=parts[0][2].dtype)
     all_special = np.ones((n, length), dtype=bool)
-    for rows, enc, offsets, special in parts:
+    all_title = np.zeros((n, length), dtype=bool)
+    for rows, enc, offsets, special, title in parts:
         width = enc["input_ids"].shape[1]
         for k in keys:
             out[k][rows, :width] = enc[k]
         all_offsets[rows, :width] = offsets
         all_special[rows, :width] = special
-    return out, all_offsets, all_special
+        all_title[rows, :width] = title
+    return out, all_offsets, all_special, all_title
 
 
 def hidden_states(backbone: Backbone, enc: Any, layers: Sequence[int] | None = None, model: torch.nn.Module | None = None) -> torch.Tensor:

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import weights_path
+from . import flag, weights_path
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, focus_mask, l2_normalize
 from .text import is_wordlike
-from .units import Encoded, Kind, Passage
+from .units import Encoded, Kind, Passage, Unit
 
 KEEP = ("all", "idf")
 
@@ -32,8 +32,13 @@ class TokensEncoder(Encoder):
     kind = Kind.TOKEN
 
     def __init__(self, backbone: Backbone, batch_size: int = 32, drop_punct: bool = True, pool: int | str = 1,
-                 keep: str = "all", ratio: float | str = 1.0, idf_sha256: str | None = None) -> None:
+                 keep: str = "all", ratio: float | str = 1.0, idf_sha256: str | None = None,
+                 title_units: bool | str = False) -> None:
         super().__init__(backbone, batch_size)
+        # The title's own token vectors, in the first passage of a document,
+        # as TITLE units: MaxSim can match a query's entity to the title, and
+        # no sentence ever scores through them.
+        self.title_units = flag(title_units)
         # Punctuation tokens are ~15% of Wikipedia tokens and match everything
         # weakly; dropping them shrinks the index without hurting MaxSim much.
         self.drop_punct = drop_punct
@@ -61,6 +66,8 @@ class TokensEncoder(Encoder):
             options["pool"] = self.pool_factor
         if self.keep != "all":
             options |= {"keep": self.keep, "ratio": self.ratio, "idf_sha256": self.idf_sha256}
+        if self.title_units:
+            options["title_units"] = True
         return options
 
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
@@ -93,6 +100,11 @@ class TokensEncoder(Encoder):
             vectors = l2_normalize(torch.stack([tokens.states[g].mean(0) for g in groups]))
         locate = SentenceLocator(doc)
         units = [locate.unit([(int(char_spans[i, 0]), int(char_spans[i, 1])) for i in g], Kind.TOKEN) for g in groups]
+        if self.title_units and not query and tokens.title is not None and passage.start == 0:
+            title = np.flatnonzero(tokens.title & self._wordlike[tokens.ids])
+            if len(title):
+                vectors = np.concatenate([vectors, l2_normalize(tokens.states[title])])
+                units += [Unit(doc.id, 0, (), Kind.TITLE) for _ in title]
         return Encoded(vectors, units)
 
 

@@ -22,6 +22,7 @@ class Kind(IntEnum):
     TOKEN = 1  # one token
     PROPOSITION = 2  # a set of possibly non-contiguous spans of one sentence
     SLOT = 3  # a short sequence, represented through its special-token slots (Cross-Thought)
+    TITLE = 4  # a token of the document's title: counts for the document, never for a sentence
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ class Unit:
 
     `spans` are character offsets relative to the start of sentence `sentence`
     of document `doc_id`; a passage unit's span may run past that sentence, up
-    to sentence `last_sentence`.
+    to sentence `last_sentence`. A title unit has no spans and covers no
+    sentence (`last_sentence` = `sentence` - 1).
     """
 
     doc_id: str
@@ -85,7 +87,9 @@ class Unit:
     last_sentence: int = -1
 
     def __post_init__(self) -> None:
-        if self.last_sentence < 0:
+        if self.kind == Kind.TITLE:
+            object.__setattr__(self, "last_sentence", self.sentence - 1)
+        elif self.last_sentence < 0:
             object.__setattr__(self, "last_sentence", self.sentence)
 
 

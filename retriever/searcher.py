@@ -348,7 +348,8 @@ class Searcher:
             if level == "sentence":
                 scores = c.sentence_scores()
             else:
-                scores = scoring.unit_scores(c.sim)
+                # Title units cover no sentence (last < first): never a unit hit.
+                scores = np.where(c.unit_sentences[:, 1] >= c.unit_sentences[:, 0], scoring.unit_scores(c.sim), -np.inf)
             for j in scoring.top_k(scores, k):
                 if np.isfinite(scores[j]):
                     rows.append((float(scores[j]), ci, int(j)))

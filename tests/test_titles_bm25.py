@@ -228,3 +228,24 @@ def _scifact_text(doc_id: str) -> str:
         if record["_id"] == doc_id:
             return record["text"]
     raise KeyError(doc_id)
+
+
+@pytest.mark.slow
+def test_title_units_count_for_the_document_and_never_for_a_sentence(tmp_path, minilm):
+    from encoders.units import Kind
+
+    enc = load_encoder("tokens", backbone=minilm, title_units=True)
+    docs = [Document("derrickson", "He is an American director. He lives in Los Angeles.", "Scott Derrickson", ((0, 27), (28, 52))),
+            Document("wood", "He was an American filmmaker. He made films.", "Ed Wood", ((0, 29), (30, 44)))]
+    [encoded] = enc.encode(enc.passages(docs[0]))
+    titles = [u for u in encoded.units if u.kind == Kind.TITLE]
+    assert len(titles) == len(minilm.tokenizer.tokenize("Scott Derrickson")) and all(u.spans == () for u in titles)
+    IndexWriter(tmp_path / "i", enc).build(docs)
+    plain = load_encoder("tokens", backbone=minilm)
+    IndexWriter(tmp_path / "p", plain).build(docs)
+    with Searcher.load(tmp_path / "i", encoder=enc) as s, Searcher.load(tmp_path / "p", encoder=plain) as p:
+        doc = s.search("Scott Derrickson", k=2)
+        assert doc[0].doc_id == "derrickson" and doc[0].score > p.search("Scott Derrickson", k=2)[0].score
+        for level in ("sentence", "unit"):
+            for h in s.search("Scott Derrickson", k=10, level=level):
+                assert all(u.kind == Kind.TOKEN for u in h.units) and h.sentence_text in docs[0].text + docs[1].text
