@@ -24,8 +24,9 @@ def test_nugget_index_stores_ceil_n_r_vectors_per_passage_and_finds_the_paragrap
     assert manifest["encoder"]["name"] == "nugget" and manifest["encoder"]["ratio"] == encoder.ratio
     expected = 0
     for d in docs:
+        title = encoder.title_of(d)  # the title is model input too: n counts its tokens
         for p in encoder.passages(d):
-            n = len(minilm.tokenizer(p.text, truncation=True, max_length=encoder.max_length)["input_ids"])
+            n = len(minilm.tokenizer(*([title] if title else []), p.text)["input_ids"])
             expected += max(1, math.ceil(n * encoder.ratio))
     # Focus-free text: every nugget is stored, none invented (a [CLS]/[SEP] nugget included).
     assert manifest["counts"]["vectors"] == expected

@@ -137,7 +137,7 @@ def test_saved_weights_load_back_to_the_same_nuggets(tiny, model, nugget_dir):
 def test_encoder_units_queries_and_config(tiny, nugget_dir):
     encoder = NuggetEncoder(tiny, weights=str(nugget_dir), ratio=0.25)
     text = TEXTS[2]
-    doc = Document("d", text, "t", ((0, len(text)),))
+    doc = Document("d", text, "", ((0, len(text)),))
     (enc,) = encoder.encode(encoder.passages(doc))
     n = len(tiny.tokenizer(text)["input_ids"])
     assert len(enc.vectors) == math.ceil(n * 0.25)
