@@ -145,15 +145,12 @@ class Encoder(ABC):
 
     def title_of(self, doc: Document) -> str:
         """The title text this encoder puts in front of the document's passages ("" for none)."""
-        return clip_title(self.backbone.tokenizer, doc.title) if self.title else ""
+        return clip_title(self.backbone.tokenizer, doc.title)[0] if self.title else ""
 
     def title_tokens(self, doc: Document) -> int:
         """Window tokens a document's title takes: its tokens and one more separator."""
-        title = self.title_of(doc)
-        if not title:
-            return 0
-        tokenizer = self.backbone.tokenizer
-        return len(tokenizer(title, add_special_tokens=False)["input_ids"]) + _n_specials(self.backbone, pair=True) - _n_specials(self.backbone)
+        n = clip_title(self.backbone.tokenizer, doc.title)[1] if self.title else 0
+        return n + _n_specials(self.backbone, pair=True) - _n_specials(self.backbone) if n else 0
 
     @property
     def max_length(self) -> int:
@@ -173,13 +170,17 @@ class Encoder(ABC):
 TITLE_TOKENS = 32  # at most this many of a title's tokens go in front of each passage
 
 
-def clip_title(tokenizer: Any, title: str) -> str:
-    """The title cut after its TITLE_TOKENS-th token (whole, when shorter)."""
+def clip_title(tokenizer: Any, title: str) -> tuple[str, int]:
+    """The title cut after its TITLE_TOKENS-th token (whole, when shorter), and its tokens."""
     title = title.strip()
     if not title:
-        return ""
+        return "", 0
     offsets = tokenizer(title, add_special_tokens=False, return_offsets_mapping=True, verbose=False)["offset_mapping"]
-    return title if len(offsets) <= TITLE_TOKENS else title[: offsets[TITLE_TOKENS - 1][1]]
+    if len(offsets) <= TITLE_TOKENS:
+        return title, len(offsets)
+    # A cut inside a word can split into other pieces: count what the encoder will see.
+    clipped = title[: offsets[TITLE_TOKENS - 1][1]]
+    return clipped, len(tokenizer(clipped, add_special_tokens=False)["input_ids"])
 
 
 def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_length: int) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:

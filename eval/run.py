@@ -18,20 +18,20 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from encoders import Document, load_encoder
+from encoders import Document, flag, load_encoder
 from indexer.build import IndexWriter
+from indexer.lexical import BM25, document_text
 from indexer.manifest import library_versions
 from retriever import Searcher
 
 from . import metrics
-from indexer.lexical import BM25, document_text
 from retriever import fusion
 
 from .datasets import Task, load_beir, load_hotpotqa, load_propsegment
@@ -49,6 +49,8 @@ PROPSEGMENT_DEPTH = 100
 # Options that change how an index is searched, not the index: its build is reused.
 # bm25=N: re-rank exactly BM25's top N per query instead of the ANN's candidates.
 SEARCH_OPTIONS = ("nprobe", "bm25")
+# Options of a whole system (after fusion): fusion=rrf|minmax, hops=1|2.
+PIPELINE_OPTIONS = ("fusion", "hops")
 SPEC_GRAMMAR = "NAME[:option=value...][+NAME[:option=value...]...]"
 
 
@@ -73,12 +75,11 @@ class System:
 
     def titles(self) -> bool:
         """Does this system read documents' titles (default yes; `title=0` off)?"""
-        return self.options.get("title", "1") not in ("0", "false", "no", "off")
+        return flag(self.options.get("title", True))
 
     def mask_aware(self) -> bool:
         """Does this system see a proposition as a mask inside its sentence?"""
-        default = self.name not in ("bm25", "single")
-        return self.options.get("mask", "1" if default else "0") in ("1", "true", "yes")
+        return flag(self.options.get("mask", self.name not in ("bm25", "single")))
 
 
 @dataclass
@@ -121,21 +122,53 @@ def queries_for(task: Task, system: System) -> list[str | Document]:
     return [q.doc if (q.doc is not None and system.mask_aware()) else q.text for q in task.queries]
 
 
+class _LexicalIndex:
+    """BM25 over a task's lexical items; searches return the items' keys."""
+
+    def __init__(self, task: Task, level: str, titles: bool) -> None:
+        items = lexical_items(task, level, titles)
+        self.keys = [k for k, _ in items]
+        self.position = {k: str(i) for i, k in enumerate(self.keys)}
+        self.index = BM25.build((str(i), text) for i, (_, text) in enumerate(items))
+
+    def search(self, query: str, depth: int, exclude: Iterable[Hashable] = ()) -> list[tuple[Hashable, float]]:
+        hits = self.index.search(query, depth, exclude={self.position[k] for k in exclude if k in self.position})
+        return [(self.keys[int(i)], s) for i, s in hits]
+
+
 def run_bm25(task: Task, system: System, level: str, depth: int) -> Outcome:
     started = time.time()
-    items = lexical_items(task, level, system.titles())
-    keys = [k for k, _ in items]
-    position = {k: str(i) for i, k in enumerate(keys)}
-    index = BM25.build((str(i), text) for i, (_, text) in enumerate(items))
+    index = _LexicalIndex(task, level, system.titles())
     build_s = time.time() - started
     rankings, scores, latencies = {}, {}, []
     for q in task.queries:
         t = time.perf_counter()
-        hits = index.search(q.text, depth, exclude={position[k] for k in task.exclude.get(q.id, ()) if k in position})
+        hits = index.search(q.text, depth, task.exclude.get(q.id, ()))
         latencies.append((time.perf_counter() - t) * 1000)
-        rankings[q.id] = [keys[int(i)] for i, _ in hits]
+        rankings[q.id] = [k for k, _ in hits]
         scores[q.id] = [s for _, s in hits]
     return Outcome(rankings, scores, latencies, {"index_s": round(build_s, 3)})
+
+
+def second_hop(task: Task, first: Outcome, depth: int) -> Outcome:
+    """`first` with a second hop, as `Searcher.search(..., hops=2)` does it:
+    BM25 (titles on) asked with the question and the best document's text,
+    its documents interleaved every fusion.HOP_EVERY-th place. Scores become
+    1 / (RRF_K + rank), a rank like RRF's, so that a fusion can take them."""
+    index = _LexicalIndex(task, "doc", True)
+    text = {d.id: task.index_text(d) for d in task.corpus}
+    rankings, scores, latencies = {}, {}, []
+    for i, q in enumerate(task.queries):
+        t = time.perf_counter()
+        ranking = first.rankings[q.id]
+        if ranking:
+            seed = ranking[0]
+            second = index.search(fusion.hop_query(q.text, text[seed]), depth, {seed, *task.exclude.get(q.id, ())})
+            ranking = fusion.interleave(ranking, [k for k, _ in second])[:depth]
+        rankings[q.id] = ranking
+        scores[q.id] = [1 / (fusion.RRF_K + r) for r in range(1, len(ranking) + 1)]
+        latencies.append(first.latencies_ms[i] + (time.perf_counter() - t) * 1000)
+    return Outcome(rankings, scores, latencies, {**first.stats, "hops": 2})
 
 
 def fuse_outcomes(parts: Sequence[Outcome], method: str, depth: int) -> Outcome:
@@ -214,14 +247,8 @@ def bm25_pools(task: Task, n: int, titles: bool = True) -> dict[str, list[str]]:
     under `bm25=N` (Cross-Thought's unsupervised HotpotQA setting is N = 200)."""
     if n < 1:
         raise ValueError(f"bm25 pool size must be at least 1, got {n}")
-    items = lexical_items(task, "doc", titles)
-    ids = [k for k, _ in items]
-    index = BM25.build((str(i), text) for i, (_, text) in enumerate(items))
-    position = {d: str(i) for i, d in enumerate(ids)}
-    return {
-        q.id: [ids[int(i)] for i, _ in index.search(q.text, n, exclude={position[k] for k in task.exclude.get(q.id, ()) if k in position})]
-        for q in task.queries
-    }
+    index = _LexicalIndex(task, "doc", titles)
+    return {q.id: [k for k, _ in index.search(q.text, n, task.exclude.get(q.id, ()))] for q in task.queries}
 
 
 def _slug(name: str) -> str:
@@ -303,12 +330,22 @@ def evaluate(
 
     for spec in systems:
         parts = spec.split("+")
+        # Options of the whole pipeline sit on its last part: fusion=, hops=.
+        pipeline = {k: v for k, v in System.parse(parts[-1]).options.items() if k in PIPELINE_OPTIONS}
+        parts[-1] = re.sub(r":(%s)=[^:+]*" % "|".join(PIPELINE_OPTIONS), "", parts[-1])
         if len(parts) > 1:
-            method = System.parse(parts[-1]).options.get("fusion", "rrf")
-            parts[-1] = re.sub(r":fusion=[^:+]*", "", parts[-1])
-            outcome = fuse_outcomes([run(p) for p in parts], method, depth)
+            outcome = fuse_outcomes([run(p) for p in parts], pipeline.get("fusion", "rrf"), depth)
+        elif "fusion" in pipeline:
+            raise ValueError(f"system spec {spec!r}: fusion= needs systems to fuse (grammar: {SPEC_GRAMMAR})")
         else:
-            outcome = run(spec)
+            outcome = run(parts[0])
+        hops = int(pipeline.get("hops", 1))
+        if hops not in (1, 2):
+            raise ValueError(f"system spec {spec!r}: hops must be 1 or 2, got {hops}")
+        if hops == 2:
+            if level != "doc" or task.prop_text:
+                raise ValueError(f"system spec {spec!r}: hops=2 ranks documents (level doc, not PropSegment)")
+            outcome = second_hop(task, outcome, depth)
         lat = np.array(outcome.latencies_ms)
         if task.prop_text and level == "unit":
             outcome.stats["top1"] = top1_breakdown(task, outcome)

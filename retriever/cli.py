@@ -23,6 +23,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--hybrid", action="store_true", help="fuse the dense ranking with the index's BM25 (reciprocal rank fusion)")
     mode.add_argument("--bm25", action="store_true", help="answer from the index's BM25 alone (document level)")
+    p.add_argument("--hops", type=int, default=1, choices=(1, 2),
+                   help="2: ask BM25 again with the question and the best document, for multi-hop questions (document level)")
     p.add_argument("--device", default="auto")
     p.set_defaults(run=run_search)
 
@@ -36,12 +38,13 @@ def run_search(args: argparse.Namespace) -> int:
         raise ValueError("empty query")
     with Searcher.load(args.index, device=args.device, nprobe=args.nprobe) as searcher:
         hits = searcher.search(args.query, k=args.k, level=args.level, candidates=args.candidates, rerank=args.rerank,
-                               hybrid=args.hybrid, bm25=args.bm25)
+                               hybrid=args.hybrid, bm25=args.bm25, hops=args.hops)
     if args.json:
         print(json.dumps({"query": args.query, "results": [h.to_json() for h in hits]}, ensure_ascii=False, indent=1))
         return 0
     for h in hits:
-        print(f"{h.rank:>3}. {h.score:8.3f}  {h.title or h.doc_id}  [sentence {h.sentence_index}]")
+        hop = "  (second hop)" if h.hop == 2 else ""
+        print(f"{h.rank:>3}. {h.score:8.3f}  {h.title or h.doc_id}  [sentence {h.sentence_index}]{hop}")
         print(f"     {highlight(h.sentence_text, h.spans)}")
     if not hits:
         print("no results")

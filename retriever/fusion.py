@@ -10,6 +10,8 @@ same way.
   and a BM25 score live on unrelated scales.
 - `minmax`: each list's scores mapped to [0, 1] by its own min and max, then
   summed with weights (a missing item scores 0 in that list).
+- `interleave`: a second hop's ranking merged into the first's (multi-hop
+  questions: the answer's paragraph is named only by the first paragraph).
 """
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ from collections.abc import Hashable, Sequence
 
 RRF_K = 60
 METHODS = ("rrf", "minmax")
+# A second hop fills every 5th place: 2 of the top 10. Chosen on the odd-numbered
+# HotpotQA-600 questions (places 7-10 all scored within 1 point there); the
+# even-numbered ones agree (eval/RESULTS.md).
+HOP_EVERY = 5
 
 
 def rrf(rankings: Sequence[Sequence[Hashable]], k: int = RRF_K, weights: Sequence[float] | None = None) -> list[tuple[Hashable, float]]:
@@ -53,3 +59,33 @@ def fuse(runs: Sequence[Sequence[tuple[Hashable, float]]], method: str = "rrf") 
     if method == "minmax":
         return minmax(runs)
     raise ValueError(f"unknown fusion {method!r}; choose from {', '.join(METHODS)}")
+
+
+def interleave(first: Sequence[Hashable], second: Sequence[Hashable], every: int = HOP_EVERY) -> list[Hashable]:
+    """`first` with every `every`-th place given to the best item of `second`
+    not placed yet; once either list runs out, the other fills the rest. The
+    first list's order is kept, and its top `every - 1` items stay on top."""
+    if every < 2:
+        raise ValueError(f"interleave needs every >= 2, got {every}")
+    out: list[Hashable] = []
+    seen: set[Hashable] = set()
+    lists = [iter(first), iter(second)]
+
+    def take(source: int) -> bool:
+        for item in lists[source]:
+            if item not in seen:
+                seen.add(item)
+                out.append(item)
+                return True
+        return False
+
+    while True:
+        source = 1 if len(out) % every == every - 1 else 0
+        if not take(source) and not take(1 - source):
+            return out
+
+
+def hop_query(query: str, passage: str) -> str:
+    """The second hop's query: the question and the first hop's best passage,
+    whose words name the entity the question leads to (HotpotQA's bridge)."""
+    return f"{query} {passage}"

@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -49,10 +49,12 @@ class Hit:
     sentence_text: str
     spans: list[tuple[int, int]]  # char spans in sentence_text that matched
     units: list[Unit] = field(default_factory=list, repr=False)
+    hop: int = 1  # 2: found by the second hop (search(..., hops=2))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "rank": self.rank,
+            "hop": self.hop,
             "doc_id": self.doc_id,
             "title": self.title,
             "score": round(self.score, 6),
@@ -161,6 +163,7 @@ class Searcher:
         within: Sequence[Sequence[str]] | None = None,
         hybrid: bool = False,
         bm25: bool = False,
+        hops: int = 1,
     ) -> list[list[Hit]]:
         """Search many queries; `candidates` = ANN hits per query vector and shard,
         `rerank` = documents re-scored exactly per query, `exclude` = doc ids to
@@ -172,13 +175,31 @@ class Searcher:
         reciprocal rank fusion (retriever.fusion; each list FUSION_DEPTH deep;
         below document level a sentence or unit takes its document's BM25
         rank). `bm25` answers from BM25 alone (document level; the hit's
-        sentence is the one that holds most query terms)."""
+        sentence is the one that holds most query terms).
+
+        `hops=2` answers multi-hop questions (document level): the index's
+        BM25 is asked again with the question and the best document's text,
+        and its documents take every HOP_EVERY-th place of the ranking
+        (retriever.fusion.interleave); their hits say `hop=2` and carry their
+        BM25 score. Measured in eval/RESULTS.md (`:hops=2` systems)."""
+        if hops not in (1, 2):
+            raise ValueError(f"hops must be 1 or 2, got {hops}")
+        if hops == 2 and level != "doc":
+            raise ValueError("hops=2 ranks documents: use level='doc'")
+        results = self._search(queries, k, level, nprobe, candidates, rerank, exclude, within, hybrid, bm25)
+        if hops == 2:
+            results = [self._second_hop(_text(q), hits, k, exclude[qi] if exclude else set()) for qi, (q, hits) in enumerate(zip(queries, results))]
+        return results
+
+    def _search(self, queries: Sequence[str | Document], k: int, level: Level, nprobe: int | None, candidates: int | None,
+                rerank: int | None, exclude: Sequence[set[str]] | None, within: Sequence[Sequence[str]] | None,
+                hybrid: bool, bm25: bool) -> list[list[Hit]]:
         if level not in LEVELS:
             raise ValueError(f"unknown level {level!r}; choose from {', '.join(LEVELS)}")
         if k < 1:
             raise ValueError("k must be at least 1")
         for q in queries:
-            if not (q.text if isinstance(q, Document) else q).strip():
+            if not _text(q).strip():
                 raise ValueError("empty query")
         if within is not None and len(within) != len(queries):
             raise ValueError(f"within lists {len(within)} candidate sets for {len(queries)} queries")
@@ -215,7 +236,7 @@ class Searcher:
             lexical_ranking = [d for d, _ in self.bm25.search(_text(queries[qi]), depth, exclude=skip)]
             if level != "doc":
                 # Sentences of BM25's best documents must be there to be fused.
-                have = {self.shards[c.shard].store.document(c.ordinal).id for c in cands}
+                have = {self._doc_id(c) for c in cands}
                 missing = [d for d in lexical_ranking[:k] if d not in have]
                 if missing:
                     cands += self._stage2(e.vectors, self._locate(missing), len(missing), skip)
@@ -225,7 +246,7 @@ class Searcher:
     def _fused(self, cands: list["_Candidate"], rows: list[tuple[float, int, int]], lexical_ranking: list[str], q: np.ndarray,
                k: int, level: Level, skip: set[str]) -> list[Hit]:
         """RRF of the dense rows and the BM25 document ranking; the hits of the best k."""
-        doc_of = [self.shards[c.shard].store.document(c.ordinal).id for c in cands]
+        doc_of = [self._doc_id(c) for c in cands]
         lexical_rank = {d: r for r, d in enumerate(lexical_ranking, start=1)}
         if level == "doc":
             fused = fusion.rrf([[doc_of[ci] for _, ci, _ in rows], lexical_ranking])[:k]
@@ -235,7 +256,7 @@ class Searcher:
                 extra = self._stage2(q, self._locate(missing), len(missing), skip)
                 for c in extra:
                     cands.append(c)
-                    by_doc[self.shards[c.shard].store.document(c.ordinal).id] = (len(cands) - 1, 0)
+                    by_doc[self._doc_id(c)] = (len(cands) - 1, 0)
             chosen = [(score, *by_doc[d]) for d, score in fused if d in by_doc]
         else:
             scored = [(1 / (fusion.RRF_K + r) + (1 / (fusion.RRF_K + lexical_rank[doc_of[ci]]) if doc_of[ci] in lexical_rank else 0.0), ci, j)
@@ -246,14 +267,29 @@ class Searcher:
     def _lexical_hits(self, query: str, k: int, skip: set[str]) -> list[Hit]:
         terms = set(lexical.analyze(query))
         out = []
-        for rank, (doc_id, score) in enumerate(self.bm25.search(query, k, exclude=skip), start=1):
-            for shard in self.shards:
-                ordinal = shard.store.ordinal(doc_id)
-                if ordinal is not None:
-                    doc = shard.store.document(ordinal)
-                    out.append(_lexical_hit(rank, doc, score, terms))
-                    break
+        for doc_id, score in self.bm25.search(query, k, exclude=skip):
+            key = self._key(doc_id)
+            if key is not None:  # an incomplete index may lack a document BM25 holds
+                out.append(_lexical_hit(len(out) + 1, self.shards[key >> 32].store.document(key & 0xFFFFFFFF), score, terms))
         return out
+
+    def _second_hop(self, query: str, hits: list[Hit], k: int, skip: set[str]) -> list[Hit]:
+        if not hits:
+            return hits
+        key = self._key(hits[0].doc_id)
+        assert key is not None  # a hit comes from a shard
+        seed = self.shards[key >> 32].store.document(key & 0xFFFFFFFF)
+        expanded = fusion.hop_query(query, seed.text)
+        second = {h.doc_id: h for h in self._lexical_hits(expanded, k + 1, skip | {seed.id})}
+        first = {h.doc_id: h for h in hits}
+        out = []
+        for rank, doc_id in enumerate(fusion.interleave(list(first), list(second))[:k], start=1):
+            hit = first.get(doc_id) or second[doc_id]
+            out.append(replace(hit, rank=rank, hop=1 if doc_id in first else 2))
+        return out
+
+    def _doc_id(self, c: "_Candidate") -> str:
+        return self.shards[c.shard].store.document(c.ordinal).id
 
     # -- stage 1 ---------------------------------------------------------------------
     def _stage1(self, vectors: np.ndarray, per_vector: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -292,16 +328,18 @@ class Searcher:
         docs, approx = scoring.approximate_doc_scores(scores_all, keys_all, m, query_all, floor)
         return docs[np.argsort(-approx, kind="stable")[:n]]
 
+    def _key(self, doc_id: str) -> int | None:
+        """The document's key (shard << 32 | ordinal), or None where no shard holds it."""
+        for s, shard in enumerate(self.shards):
+            ordinal = shard.store.ordinal(doc_id)
+            if ordinal is not None:
+                return (s << 32) | ordinal
+        return None
+
     def _locate(self, doc_ids: Sequence[str]) -> np.ndarray:
         """Keys of the listed documents that the index holds, in the order given."""
-        keys = []
-        for doc_id in dict.fromkeys(doc_ids):
-            for s, shard in enumerate(self.shards):
-                ordinal = shard.store.ordinal(doc_id)
-                if ordinal is not None:
-                    keys.append((s << 32) | ordinal)
-                    break
-        return np.array(keys, dtype=np.int64)
+        keys = [self._key(d) for d in dict.fromkeys(doc_ids)]
+        return np.array([k for k in keys if k is not None], dtype=np.int64)
 
     def _stage2(self, q: np.ndarray, chosen: np.ndarray, n_rerank: int, exclude: set[str]) -> list[_Candidate]:
         """Exact scores of the chosen documents; the best `n_rerank`, best first."""

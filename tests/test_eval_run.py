@@ -78,3 +78,17 @@ def test_fused_systems_reuse_their_parts_and_fuse_by_rrf():
     # Titles are read by default: the two BM25 rankings differ.
     assert systems["bm25"]["metrics"] != systems["bm25:title=0"]["metrics"]
     assert fusion.rrf([["x"], ["x"]])[0][1] == pytest.approx(2 / 61)
+
+
+def test_second_hop_spec_adds_documents_the_question_does_not_name():
+    result = evaluate("hotpotqa", str(HOTPOT), ["bm25", "bm25:hops=2", "bm25:title=0+bm25:hops=2"], limit=40)
+    one, two = result["systems"]["bm25"], result["systems"]["bm25:hops=2"]
+    assert two["hops"] == 2 and "hops" not in one and result["systems"]["bm25:title=0+bm25:hops=2"]["hops"] == 2
+    # Places 1-4 are the first hop's, so AllGold@2 cannot change; on these
+    # questions the second hop completes pairs the first missed.
+    assert two["metrics"]["AllGold@2"] == one["metrics"]["AllGold@2"]
+    assert two["metrics"]["AllGold@10"] > one["metrics"]["AllGold@10"]
+    with pytest.raises(ValueError, match="hops must be 1 or 2"):
+        evaluate("hotpotqa", str(HOTPOT), ["bm25:hops=3"], limit=5)
+    with pytest.raises(ValueError, match="fusion= needs systems"):
+        evaluate("hotpotqa", str(HOTPOT), ["bm25:fusion=minmax"], limit=5)

@@ -66,8 +66,8 @@ def test_title_takes_room_from_the_window_and_long_titles_are_clipped(tiny):
         sentences.append((pos, pos + len(piece)))
         pos += len(piece) + 1
     doc = Document("d", text, "A title " * 40, tuple(sentences))
-    clipped = clip_title(tiny.tokenizer, doc.title)
-    assert len(tiny.tokenizer.tokenize(clipped)) == TITLE_TOKENS
+    clipped, n = clip_title(tiny.tokenizer, doc.title)
+    assert len(tiny.tokenizer.tokenize(clipped)) == n == TITLE_TOKENS
     passages = enc.passages(doc)
     for p, states in zip(passages, enc.forward(passages)):
         body = ~states.special
@@ -249,3 +249,38 @@ def test_title_units_count_for_the_document_and_never_for_a_sentence(tmp_path, m
         for level in ("sentence", "unit"):
             for h in s.search("Scott Derrickson", k=10, level=level):
                 assert all(u.kind == Kind.TOKEN for u in h.units) and h.sentence_text in docs[0].text + docs[1].text
+
+
+def test_interleave_by_hand():
+    assert fusion.interleave(list("abcdefghij"), list("xbyz")) == list("abcdxefghyijz")
+    # Items the first list already placed are skipped; a short list hands over to the other.
+    assert fusion.interleave(list("ab"), list("axyz"), every=2) == list("axbyz")
+    with pytest.raises(ValueError, match="every"):
+        fusion.interleave(["a"], ["b"], every=1)
+
+
+@pytest.mark.slow
+def test_second_hop_finds_the_bridge_paragraph(tmp_path, capsys, hotpot_docs):
+    """HotpotQA's 'Big Stone Gap' question: the director is named only in the
+    film's paragraph, and it is her paragraph that answers."""
+    from eval.cli import main
+
+    corpus = tmp_path / "hotpot.jsonl"
+    corpus.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in hotpot_docs))
+    assert main(["-q", "index", str(corpus), "--out", str(tmp_path / "idx"), "--encoder", "single", "--device", "cpu"]) == 0
+    capsys.readouterr()
+    query = 'The director of the romantic comedy "Big Stone Gap" is based in what New York city?'
+
+    def hits(*flags: str) -> list[dict]:
+        assert main(["-q", "search", str(tmp_path / "idx"), query, "-k", "5", "--hybrid", "--json", "--device", "cpu", *flags]) == 0
+        return json.loads(capsys.readouterr().out)["results"]
+
+    one, two = hits(), hits("--hops", "2")
+    assert one[0]["doc_id"] == "Big Stone Gap (film)"
+    assert "Adriana Trigiani" not in [h["doc_id"] for h in one]
+    # The first hop keeps its top four; the fifth place is the second hop's.
+    assert [h["doc_id"] for h in two[:4]] == [h["doc_id"] for h in one[:4]] and {h["hop"] for h in two[:4]} == {1}
+    assert two[4]["doc_id"] == "Adriana Trigiani" and two[4]["hop"] == 2 and two[4]["rank"] == 5
+    assert two[4]["sentence"]["text"] in next(d.text for d in hotpot_docs if d.id == "Adriana Trigiani")
+    assert main(["-q", "search", str(tmp_path / "idx"), query, "--hops", "2", "--level", "sentence", "--device", "cpu"]) == 2
+    assert "hops=2 ranks documents" in capsys.readouterr().err
