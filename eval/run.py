@@ -150,7 +150,7 @@ def run_bm25(task: Task, system: System, level: str, depth: int) -> Outcome:
     return Outcome(rankings, scores, latencies, {"index_s": round(build_s, 3)})
 
 
-def second_hop(task: Task, first: Outcome, depth: int) -> Outcome:
+def second_hop(task: Task, first: Outcome, depth: int, every: int = fusion.HOP_EVERY) -> Outcome:
     """`first` with a second hop, as `Searcher.search(..., hops=2)` does it:
     BM25 (titles on) asked with the question and the best document's text,
     its documents interleaved every fusion.HOP_EVERY-th place. Scores become
@@ -164,7 +164,7 @@ def second_hop(task: Task, first: Outcome, depth: int) -> Outcome:
         if ranking:
             seed = ranking[0]
             second = index.search(fusion.hop_query(q.text, text[seed]), depth, {seed, *task.exclude.get(q.id, ())})
-            ranking = fusion.interleave(ranking, [k for k, _ in second])[:depth]
+            ranking = fusion.interleave(ranking, [k for k, _ in second], every)[:depth]
         rankings[q.id] = ranking
         scores[q.id] = [1 / (fusion.RRF_K + r) for r in range(1, len(ranking) + 1)]
         latencies.append(first.latencies_ms[i] + (time.perf_counter() - t) * 1000)
