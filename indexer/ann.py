@@ -9,6 +9,7 @@ import logging
 import math
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
@@ -105,6 +106,25 @@ def write_faiss(index: faiss.Index, path: Path) -> None:
 
 def read_faiss(path: Path, mmap: bool = False) -> faiss.Index:
     return faiss.read_index(str(path), faiss.IO_FLAG_MMAP if mmap else 0)
+
+
+def search_params(index: Any, nprobe: int) -> "faiss.SearchParameters | None":
+    """Per-call search parameters that probe `nprobe` IVF lists, or None for an
+    index without lists (flat, HNSW). Per call, not set on the index: a
+    query's nprobe must not change what concurrent or later queries probe."""
+    if not isinstance(index, faiss.Index):
+        return None
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexPreTransform):
+        inner = search_params(index.index, nprobe)
+        if inner is None:
+            return None
+        params = faiss.SearchParametersPreTransform(index_params=inner)
+        params.referenced_objects = [inner]  # SWIG keeps a raw pointer: keep the Python object alive
+        return params
+    if isinstance(index, faiss.IndexIVF):
+        return faiss.SearchParametersIVF(nprobe=nprobe)
+    return None
 
 
 def build_hnsw(chunks: Iterable[np.ndarray], n: int, dim: int, path: Path, m: int = 16, ef_construction: int = 200):

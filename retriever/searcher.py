@@ -93,9 +93,9 @@ class Searcher:
         self.encoder = encoder
         self.shards = shards
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(len(shards), os.cpu_count() or 1)))
-        self._nprobe_lock = threading.Lock()
-        self._nprobe = -1
-        self._set_nprobe(nprobe)
+        if nprobe < 1:
+            raise ValueError(f"nprobe must be at least 1, got {nprobe}")
+        self.nprobe = nprobe  # the default; search(nprobe=...) overrides it for that call only
         self._bm25: lexical.BM25 | None = None
         self._bm25_lock = threading.Lock()
 
@@ -133,18 +133,6 @@ class Searcher:
             index = ann.HnswIndex(file, store.dim, s["vectors"]) if s["index"].endswith(".hnsw") else ann.read_faiss(file, mmap)
             shards.append(_Shard(s["name"], store, index))
         return cls(path, manifest, encoder, shards, nprobe)
-
-    def _set_nprobe(self, nprobe: int) -> None:
-        if nprobe == self._nprobe:
-            return
-        with self._nprobe_lock:
-            for shard in self.shards:
-                if isinstance(shard.index, faiss.Index):
-                    try:
-                        faiss.ParameterSpace().set_index_parameter(shard.index, "nprobe", nprobe)
-                    except RuntimeError:
-                        pass  # not an IVF index: nothing to probe
-            self._nprobe = nprobe
 
     # -- public API ----------------------------------------------------------------
     def search(self, query: str | Document, k: int = 10, level: Level = "doc", **options: Any) -> list[Hit]:
@@ -209,8 +197,8 @@ class Searcher:
             if level != "doc":
                 raise ValueError("BM25 alone ranks documents: use level='doc', or hybrid=True for sentences and units")
             return [self._lexical_hits(_text(q), k, exclude[qi] if exclude else set()) for qi, q in enumerate(queries)]
-        if nprobe is not None:
-            self._set_nprobe(nprobe)
+        if nprobe is not None and nprobe < 1:
+            raise ValueError(f"nprobe must be at least 1, got {nprobe}")
         encoded = self.encoder.encode_queries(list(queries))
         sizes = [len(e.vectors) for e in encoded]
         depth = max(k, FUSION_DEPTH) if hybrid else k
@@ -218,7 +206,7 @@ class Searcher:
         per_vector = candidates or (64 if max(sizes) > 1 else max(100, 10 * k))
         n_rerank = rerank or max(100, 2 * k)
         if within is None:
-            hits = self._stage1(np.concatenate([e.vectors for e in encoded]), per_vector)  # one ANN call for the batch
+            hits = self._stage1(np.concatenate([e.vectors for e in encoded]), per_vector, nprobe or self.nprobe)  # one ANN call for the batch
         results = []
         start = 0
         for qi, e in enumerate(encoded):
@@ -292,14 +280,16 @@ class Searcher:
         return self.shards[c.shard].store.document(c.ordinal).id
 
     # -- stage 1 ---------------------------------------------------------------------
-    def _stage1(self, vectors: np.ndarray, per_vector: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _stage1(self, vectors: np.ndarray, per_vector: int, nprobe: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per shard: (scores, document ordinals) of each query vector's ANN hits."""
 
         def one(shard: _Shard) -> tuple[np.ndarray, np.ndarray]:
             n = min(per_vector, shard.index.ntotal)
             if n == 0:
                 return np.zeros((len(vectors), 0), np.float32), np.zeros((len(vectors), 0), np.int64)
-            scores, ids = shard.index.search(np.ascontiguousarray(vectors), n)
+            x = np.ascontiguousarray(vectors)
+            params = ann.search_params(shard.index, nprobe)
+            scores, ids = shard.index.search(x, n, params=params) if params is not None else shard.index.search(x, n)
             valid = ids >= 0
             docs = np.where(valid, shard.store.doc_of_vectors(np.where(valid, ids, 0)), -1)
             return np.where(valid, scores, -np.inf).astype(np.float32), docs

@@ -114,6 +114,33 @@ def test_pq_factory_and_hnsw_backend_find_the_same_top_documents(tmp_path, tiny,
     assert pq_bytes < flat_bytes / 4
 
 
+@pytest.mark.parametrize("factory", ["IVF16,Flat", "OPQ8,IVF16,PQ8"])
+def test_nprobe_is_per_call(factory):
+    """A call's nprobe decides what it probes and leaves the index's default alone."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2000, 32)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    index = ann.fill(ann.train(factory, x), [x])
+    q = x[:50] + 0.05 * rng.standard_normal((50, 32)).astype(np.float32)
+    _, one = index.search(q, 10, params=ann.search_params(index, 1))
+    _, all_lists = index.search(q, 10, params=ann.search_params(index, 16))
+    _, default = index.search(q, 10)  # nprobe 1, FAISS's default: the calls above set nothing
+    assert (one == default).all() and (one != all_lists).any()
+    assert ann.search_params(ann.make_index("Flat", 32), 8) is None
+
+
+def test_search_nprobe_does_not_stick(tmp_path, tiny, hotpot_docs):
+    enc, _ = build(tmp_path, tiny, hotpot_docs, name="pq", factory="IVF16,PQ8")
+    query = "the British rock band formed in London"
+    with Searcher.load(tmp_path / "pq", encoder=enc, nprobe=1) as s:
+        before = [(h.doc_id, h.score) for h in s.search(query, k=5, candidates=2, rerank=5)]
+        wide = [(h.doc_id, h.score) for h in s.search(query, k=5, candidates=2, rerank=5, nprobe=16)]
+        after = [(h.doc_id, h.score) for h in s.search(query, k=5, candidates=2, rerank=5)]
+    assert after == before and wide != before
+    with pytest.raises(ValueError, match="nprobe"):
+        Searcher.load(tmp_path / "pq", encoder=enc, nprobe=0)
+
+
 def test_default_factory_scales_with_the_corpus():
     assert ann.default_factory(1_000, 384) == "Flat"
     assert ann.default_factory(1_000_000, 384) == "IVF4096,PQ96"
