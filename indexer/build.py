@@ -237,6 +237,7 @@ class IndexWriter:
             "skipped": dict(skipped),
             "skipped_examples": examples,
             "lmdb_sha256": sha256_file(self.out / name / LMDB_DIR / "data.mdb"),
+            "lmdb_bytes": (self.out / name / LMDB_DIR / "data.mdb").stat().st_size,
             "encode_s": round(time.time() - started, 3),
             "index": None,
             "index_sha256": None,
@@ -259,7 +260,8 @@ class IndexWriter:
                 trained = ann.make_index(factory, dim)
             ann.write_faiss(trained, self.out / (TRAINED + ".tmp"))
             (self.out / (TRAINED + ".tmp")).rename(self.out / TRAINED)
-            self.manifest["index"].update(trained=TRAINED, trained_sha256=sha256_file(self.out / TRAINED), trained_on=size)
+            self.manifest["index"].update(trained=TRAINED, trained_sha256=sha256_file(self.out / TRAINED),
+                                          trained_bytes=(self.out / TRAINED).stat().st_size, trained_on=size)
         self.manifest["index"]["train_s"] = round(time.time() - started, 3)
 
     def _sample(self, size: int) -> np.ndarray:
@@ -292,6 +294,7 @@ class IndexWriter:
             store.close()
             (self.out / s["name"] / (file + ".tmp")).rename(self.out / s["name"] / file)
             s["index"], s["index_sha256"] = file, sha256_file(self.out / s["name"] / file)
+            s["index_bytes"] = (self.out / s["name"] / file).stat().st_size
             s["add_s"] = round(time.time() - started, 3)
             self._commit()
 

@@ -1,10 +1,11 @@
-"""`propdex search` and `propdex info`."""
+"""`propdex search`, `propdex info` and `propdex verify`."""
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
 
+from indexer import integrity
 from indexer.manifest import read_manifest
 
 from .searcher import LEVELS, Searcher
@@ -31,6 +32,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("info", help="print an index's manifest summary as JSON")
     p.add_argument("index", type=Path, metavar="DIR")
     p.set_defaults(run=run_info)
+
+    p = sub.add_parser("verify", help="check every file of an index against its manifest's sha256s",
+                       description="Read every committed file of an index and compare it with the manifest; exit 1 if any differs.")
+    p.add_argument("index", type=Path, metavar="DIR")
+    p.set_defaults(run=run_verify)
 
 
 def run_search(args: argparse.Namespace) -> int:
@@ -69,6 +75,7 @@ def run_info(args: argparse.Namespace) -> int:
     summary = {
         "path": str(args.index),
         "status": m["status"],
+        "problems": integrity.check(args.index, m),
         "encoder": m["encoder"],
         "backbone": m["backbone"],
         "index": m["index"],
@@ -82,3 +89,15 @@ def run_info(args: argparse.Namespace) -> int:
     }
     print(json.dumps(summary, indent=1, ensure_ascii=False))
     return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    m = read_manifest(args.index)
+    files = integrity.committed_files(m)
+    problems = integrity.check(args.index, m, full=True)
+    for problem in problems:
+        print(f"damaged: {problem}")
+    size = sum((args.index / f.path).stat().st_size for f in files if integrity.inside(f.path) and (args.index / f.path).is_file())
+    verdict = f"{len(problems)} of {len(files)} files damaged" if problems else f"ok: {len(files)} files, {size:,} bytes match the manifest"
+    print(f"{args.index}: {verdict} (status {m['status']})")
+    return 1 if problems else 0

@@ -22,7 +22,7 @@ import numpy as np
 
 from encoders import Document, encoder_from_config
 from encoders.units import Unit
-from indexer import ann, lexical
+from indexer import ann, integrity, lexical
 from indexer.manifest import read_manifest
 from indexer.store import ShardStore
 
@@ -116,6 +116,10 @@ class Searcher:
     ) -> "Searcher":
         path = Path(path)
         manifest = read_manifest(path)
+        problems = integrity.check(path, manifest)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ValueError(f"index {path} is damaged: {problems[0]}{more}; `propdex verify {path}` lists every problem")
         if manifest["status"] != "complete":
             log.warning("index %s is not complete (%s): searching its finished shards only; re-run the build to finish it", path, manifest["status"])
         if encoder is None:

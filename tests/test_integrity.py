@@ -1,0 +1,79 @@
+"""A damaged index is detected: at load (cheap) and by `propdex verify` (every byte)."""
+import json
+
+import pytest
+
+from encoders import load_encoder
+from eval.cli import main
+from indexer import integrity
+from indexer.build import IndexWriter
+from indexer.manifest import read_manifest
+from retriever import Searcher
+
+
+@pytest.fixture
+def index(tmp_path, tiny, hotpot_docs):
+    enc = load_encoder("tokens", backbone=tiny)
+    IndexWriter(tmp_path / "ix", enc, shard_docs=10).build(hotpot_docs[:20])
+    return tmp_path / "ix", enc
+
+
+def _edit_manifest(path, edit):
+    m = json.loads((path / "manifest.json").read_text())
+    edit(m)
+    (path / "manifest.json").write_text(json.dumps(m))
+
+
+def test_an_intact_index_verifies(index, capsys):
+    path, enc = index
+    files = integrity.committed_files(read_manifest(path))
+    # Two shards (LMDB + FAISS each), the trained index, the BM25 files.
+    assert sum(f.path.endswith("data.mdb") for f in files) == 2 and all(f.sha256 for f in files)
+    assert integrity.check(path, read_manifest(path), full=True) == []
+    assert main(["verify", str(path)]) == 0
+    assert "ok:" in capsys.readouterr().out
+
+
+def test_a_flipped_byte_is_found_by_verify_not_by_load(index, capsys):
+    path, enc = index
+    data = path / "shard-00000" / "meta.lmdb" / "data.mdb"
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    Searcher.load(path, encoder=enc).close()  # same size: the cheap check passes
+    assert main(["verify", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "damaged: shard-00000/meta.lmdb/data.mdb: content differs" in out and "1 of" in out
+
+
+@pytest.mark.parametrize("damage", ["truncate", "delete_index", "delete_shard"])
+def test_missing_or_truncated_files_stop_the_load_with_one_line(index, capsys, damage):
+    path, enc = index
+    if damage == "truncate":  # read through mmap, a short LMDB file is a SIGBUS, not an error
+        data = path / "shard-00001" / "meta.lmdb" / "data.mdb"
+        data.write_bytes(data.read_bytes()[:4096])
+        expected = "shard-00001/meta.lmdb/data.mdb: 4096 bytes, committed with"
+    elif damage == "delete_index":
+        (path / "shard-00000" / "index.faiss").unlink()
+        expected = "shard-00000/index.faiss: missing"
+    else:
+        import shutil
+
+        shutil.rmtree(path / "shard-00001")
+        expected = "shard-00001/meta.lmdb/data.mdb: missing"
+    with pytest.raises(ValueError, match="is damaged: " + expected.split(":")[0]) as e:
+        Searcher.load(path, encoder=enc)
+    assert expected in str(e.value) and "propdex verify" in str(e.value)
+    assert main(["info", str(path)]) == 0
+    assert any(expected in p for p in json.loads(capsys.readouterr().out)["problems"])
+    assert main(["search", str(path), "a query", "--device", "cpu"]) == 2
+    assert "is damaged" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["../outside", "/etc", "a/../../b", ".."])
+def test_a_manifest_cannot_point_outside_its_directory(index, name):
+    path, enc = index
+    _edit_manifest(path, lambda m: m["shards"][0].update(name=name))
+    with pytest.raises(ValueError, match="outside the index directory"):
+        Searcher.load(path, encoder=enc)
+    assert not integrity.inside(name) and integrity.inside("shard-00000/index.faiss")
