@@ -105,7 +105,12 @@ class IndexWriter:
             manifest["settings"]["bm25"] = self.settings["bm25"] or had_bm25
             self.settings["bm25"] = manifest["settings"]["bm25"]
             fresh["settings"] = self.settings
-            for key in ("encoder", "settings", "inputs"):
+            changed = _changed_inputs(manifest["inputs"], fresh["inputs"])
+            if changed:
+                raise ValueError(f"{self.out}: the inputs changed since its build began ({changed}); "
+                                 f"use another --out, or delete it to rebuild")
+            manifest["inputs"] = fresh["inputs"]  # adopts file fingerprints where an older build had none
+            for key in ("encoder", "settings"):
                 if manifest[key] != fresh[key]:
                     raise ValueError(
                         f"{self.out} holds an index built with other {key} ({manifest[key]}); "
@@ -321,6 +326,23 @@ class IndexWriter:
             "build_s": round(time.time() - started, 3),
         }
         log.info("BM25 over %d documents in %.1fs", len(index), time.time() - started)
+
+
+def _changed_inputs(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """What differs between a build's recorded inputs and a re-run's ("" for
+    nothing). Builds from before file fingerprints are compared without them."""
+    rest = [k for k in sorted(set(old) | set(new)) if k != "files" and old.get(k) != new.get(k)]
+    if rest:
+        return "; ".join(f"{k}: {old.get(k)} -> {new.get(k)}" for k in rest)
+    if "files" not in old or "files" not in new:
+        return ""
+    before, after = old["files"], new["files"]
+    notes = [f"{f} is new" for f in after if f not in before]
+    notes += [f"{f} is gone" for f in before if f not in after]
+    notes += [f"{f} changed ({before[f]['bytes']} -> {after[f]['bytes']} bytes)" for f in after
+              if f in before and before[f] != after[f]]
+    shown = notes[:3] + ([f"{len(notes) - 3} more"] if len(notes) > 3 else [])
+    return ", ".join(shown)
 
 
 def peak_rss_mb() -> float:

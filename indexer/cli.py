@@ -10,7 +10,7 @@ from encoders import DEFAULT_BACKBONE, ENCODERS, load_encoder
 
 from . import ann
 from .build import IndexWriter
-from .readers import FORMATS, read_corpus
+from .readers import FORMATS, fingerprint, read_corpus
 
 log = logging.getLogger("propdex")
 
@@ -55,8 +55,9 @@ def run_index(args: argparse.Namespace) -> int:
     if args.encoder == "crossthought":
         options["weights"] = args.crossthought_weights
     encoder = load_encoder(args.encoder, backbone=args.backbone, device=args.device, batch_size=args.batch_size, title=not args.no_title, **options)
-    inputs = {"paths": [str(Path(p).resolve()) for p in args.inputs], "format": args.format, "limit": args.limit}
-    records = read_corpus(args.inputs, args.format)
+    records = read_corpus(args.inputs, args.format)  # checks the paths first
+    inputs = {"paths": [str(Path(p).resolve()) for p in args.inputs], "format": args.format, "limit": args.limit,
+              "files": fingerprint(args.inputs, args.format)}
     writer = IndexWriter(args.out, encoder, shard_docs=args.shard_docs, factory=args.factory, backend=args.backend,
                          bm25=not args.no_bm25, inputs=inputs)
     manifest = writer.build(records, limit=args.limit)

@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import mwparserfromhell
 from mwparserfromhell.nodes import (
@@ -37,6 +37,7 @@ from mwparserfromhell.nodes import (
     Wikilink,
 )
 
+from encoders.provenance import sha256_file
 from encoders.text import Span, sentence_spans_from_list, split_sentences
 from encoders.units import Document
 
@@ -138,24 +139,47 @@ def _read_plan(
 
 
 def _read_directory(path: Path, fmt: str, forced: bool, max_chars: int) -> Iterator[Record]:
-    if fmt == "beir" and (path / "corpus.jsonl").is_file():
-        yield from _read_file(path / "corpus.jsonl", "jsonl", max_chars)
-        return
-    if fmt == "propsegment":
-        # Sorted names put dev before test.
-        clusters = sorted(p for p in path.iterdir() if _CLUSTER_FILE.fullmatch(p.name))
-        for file in clusters:
-            yield from _read_file(file, "propsegment", max_chars)
-        if clusters:
-            return
-    for file in _walk(path):
-        file_fmt, error = (fmt, None) if forced else _sniff(file)
+    for file, file_fmt in _directory_plan(path, fmt, forced):
+        error = None
+        if file_fmt is None:
+            file_fmt, error = _sniff(file)
         if file_fmt is not None:
             yield from _read_file(file, file_fmt, max_chars)
         elif error:
             yield _broken_file(file, 0, error)
         else:
             yield Skip("unreadable", str(file), "unknown format")
+
+
+def _directory_plan(path: Path, fmt: str, forced: bool) -> list[tuple[Path, str | None]]:
+    """The files a directory is read from, in order, each with its format
+    (None: sniffed from its content when it is read)."""
+    if fmt == "beir" and (path / "corpus.jsonl").is_file():
+        return [(path / "corpus.jsonl", "jsonl")]
+    if fmt == "propsegment":
+        # Sorted names put dev before test.
+        clusters = sorted(p for p in path.iterdir() if _CLUSTER_FILE.fullmatch(p.name))
+        if clusters:
+            return [(file, "propsegment") for file in clusters]
+    return [(file, fmt if forced else None) for file in _walk(path)]
+
+
+def fingerprint(paths: Sequence[str | Path], format: str | None = None) -> dict[str, dict[str, Any]]:
+    """{path: {bytes, sha256}} of every file the paths are read from: what a
+    resumed build checks its inputs against."""
+    return {str(f.resolve()): {"bytes": f.stat().st_size, "sha256": sha256_file(f)} for f in input_files(paths, format)}
+
+
+def input_files(paths: Sequence[str | Path], format: str | None = None) -> list[Path]:
+    """Every file `read_corpus(paths, format)` reads, in the order it reads them."""
+    files = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            files += [f for f, _ in _directory_plan(path, format or detect_format(path), format is not None)]
+        elif path.is_file():
+            files.append(path)
+    return files
 
 
 def _walk(directory: Path) -> Iterator[Path]:

@@ -77,3 +77,26 @@ def test_a_manifest_cannot_point_outside_its_directory(index, name):
     with pytest.raises(ValueError, match="outside the index directory"):
         Searcher.load(path, encoder=enc)
     assert not integrity.inside(name) and integrity.inside("shard-00000/index.faiss")
+
+
+def test_a_rerun_on_changed_inputs_says_which_file_changed(tmp_path, tiny_dir, hotpot_docs, capsys):
+    corpus = tmp_path / "in"
+    corpus.mkdir()
+    lines = [json.dumps({"id": d.id, "title": d.title, "text": d.text}) for d in hotpot_docs[:8]]
+    (corpus / "a.jsonl").write_text("\n".join(lines[:4]) + "\n")
+    (corpus / "b.jsonl").write_text("\n".join(lines[4:6]) + "\n")
+    args = ["-q", "index", str(corpus), "--out", str(tmp_path / "ix"), "--backbone", str(tiny_dir), "--device", "cpu"]
+    assert main(args) == 0
+    files = read_manifest(tmp_path / "ix")["inputs"]["files"]
+    assert sorted(p.rsplit("/", 1)[1] for p in files) == ["a.jsonl", "b.jsonl"] and all(len(f["sha256"]) == 64 for f in files.values())
+    assert main(args) == 0  # unchanged: a no-op
+    capsys.readouterr()
+
+    # A document appended to a complete index's input is not silently ignored.
+    with open(corpus / "a.jsonl", "a") as f:
+        f.write(lines[6] + "\n")
+    (corpus / "c.jsonl").write_text(lines[7] + "\n")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "inputs changed" in err and "a.jsonl changed" in err and "c.jsonl is new" in err
+    assert read_manifest(tmp_path / "ix")["counts"]["documents"] == 6  # the index is untouched
