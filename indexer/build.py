@@ -15,10 +15,17 @@ A killed build (even SIGKILL) re-run with the same arguments skips the input
 records its committed shards consumed and continues; shard boundaries, batch
 composition and the training sample are all deterministic, so the result is
 the same as an uninterrupted build.
+
+One writer at a time: a writer holds an exclusive lock on `write.lock` (as
+Lucene does) from opening the directory to the end of its build, so a second
+one is refused before it can delete the first one's uncommitted files. The
+operating system drops the lock when a writer dies, even by SIGKILL.
 """
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import resource
 import shutil
 import time
@@ -43,6 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TRAINED = "trained.faiss"
+LOCK = "write.lock"
 EXAMPLES_PER_REASON = 10
 QUIET_SKIPS = {"redirect", "namespace"}  # expected in every dump: counted, not shouted
 
@@ -73,7 +81,12 @@ class IndexWriter:
         self.encoder = encoder
         self.settings = {"shard_docs": shard_docs, "factory": factory, "backend": backend, "bm25": bool(bm25)}
         self.inputs = inputs or {}
-        self.manifest = self._open()
+        self._lock: int | None = None
+        try:
+            self.manifest = self._open()
+        except BaseException:
+            self.close()
+            raise
 
     # -- opening, resuming ------------------------------------------------------
     def _open(self) -> dict[str, Any]:
@@ -92,7 +105,11 @@ class IndexWriter:
             "index": None,
             "shards": [],
         }
-        if self.out.exists() and (self.out / "manifest.json").is_file():
+        if self.out.exists() and not (self.out / "manifest.json").is_file() and any(not _ours(p) for p in self.out.iterdir()):
+            raise ValueError(f"{self.out} is not empty and holds no propdex index; refusing to write into it")
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._acquire()
+        if (self.out / "manifest.json").is_file():
             manifest = read_manifest(self.out)
             # Indexes from before titles read none.
             manifest["encoder"] = {"title": False, **manifest["encoder"]}
@@ -120,9 +137,6 @@ class IndexWriter:
                 raise ValueError(f"{self.out} was built with other backbone weights; use another --out")
             log.info("resuming %s: %d shards committed, status %s", self.out, len(manifest["shards"]), manifest["status"])
         else:
-            if self.out.exists() and any(not _ours(p) for p in self.out.iterdir()):
-                raise ValueError(f"{self.out} is not empty and holds no propdex index; refusing to write into it")
-            self.out.mkdir(parents=True, exist_ok=True)
             manifest = fresh
         self._remove_uncommitted(manifest)
         return manifest
@@ -133,7 +147,7 @@ class IndexWriter:
         trained = (manifest.get("index") or {}).get("trained")
         bm25 = (manifest.get("lexical") or {}).get("dir")
         for path in self.out.iterdir():
-            if path.name == "manifest.json" or path.name == bm25:
+            if path.name in ("manifest.json", LOCK) or path.name == bm25:
                 continue
             if path.is_dir() and path.name in listed:
                 shard = next(s for s in manifest["shards"] if s["name"] == path.name)
@@ -168,7 +182,35 @@ class IndexWriter:
         write_manifest(self.out, self.manifest)
 
     # -- the build ----------------------------------------------------------------
+    def _acquire(self) -> None:
+        if self._lock is not None:
+            return
+        fd = os.open(self.out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise ValueError(f"{self.out} is being written by another process (pid {holder}); "
+                             f"wait for it, or stop it (a stopped build resumes)") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock = fd
+
+    def close(self) -> None:
+        """Release the directory for other writers (build() does it when it ends)."""
+        if self._lock is not None:
+            os.close(self._lock)  # closing the descriptor drops the flock
+            self._lock = None
+
     def build(self, records: Iterable[Record], limit: int | None = None) -> dict[str, Any]:
+        self._acquire()
+        try:
+            return self._build(records, limit)
+        finally:
+            self.close()
+
+    def _build(self, records: Iterable[Record], limit: int | None) -> dict[str, Any]:
         started = time.time()
         if self.manifest["status"] == "encoding":
             self._encode(records, limit)
@@ -382,7 +424,7 @@ def _concat(parts: list[Encoded], dim: int) -> Encoded:
 
 def _ours(path: Path) -> bool:
     """Files a build of ours may leave before its first commit."""
-    return path.name.startswith(("shard-", TRAINED, "manifest.json", lexical.BM25_DIR))
+    return path.name.startswith(("shard-", TRAINED, "manifest.json", lexical.BM25_DIR, LOCK))
 
 
 def _remove(path: Path) -> None:

@@ -100,3 +100,18 @@ def test_a_rerun_on_changed_inputs_says_which_file_changed(tmp_path, tiny_dir, h
     err = capsys.readouterr().err
     assert "inputs changed" in err and "a.jsonl changed" in err and "c.jsonl is new" in err
     assert read_manifest(tmp_path / "ix")["counts"]["documents"] == 6  # the index is untouched
+
+
+def test_one_writer_at_a_time(tmp_path, tiny, hotpot_docs):
+    enc = load_encoder("tokens", backbone=tiny)
+    first = IndexWriter(tmp_path / "ix", enc, shard_docs=5)
+    with pytest.raises(ValueError, match=r"being written by another process \(pid \d+\)"):
+        IndexWriter(tmp_path / "ix", enc, shard_docs=5)
+    first.build(hotpot_docs[:10])  # the refused writer deleted nothing of the first's
+    assert read_manifest(tmp_path / "ix")["status"] == "complete"
+    # The lock goes with the build: the next writer resumes (nothing to do) without a word.
+    IndexWriter(tmp_path / "ix", enc, shard_docs=5).build(hotpot_docs[:10])
+    # A writer refused for its settings leaves the lock free.
+    with pytest.raises(ValueError, match="other settings"):
+        IndexWriter(tmp_path / "ix", enc, shard_docs=7)
+    IndexWriter(tmp_path / "ix", enc, shard_docs=5).close()
