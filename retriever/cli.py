@@ -31,6 +31,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("info", help="print an index's manifest summary as JSON")
     p.add_argument("index", type=Path, metavar="DIR")
+    p.add_argument("--json", action="store_true", help="JSON (the only output format; accepted for scripts)")
     p.set_defaults(run=run_info)
 
     p = sub.add_parser("verify", help="check every file of an index against its manifest's sha256s",
@@ -42,6 +43,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def run_search(args: argparse.Namespace) -> int:
     if not args.query.strip():
         raise ValueError("empty query")
+    try:
+        args.query.encode("utf-8")
+    except UnicodeEncodeError:  # argv bytes that are not UTF-8 arrive as lone surrogates
+        raise ValueError("the query is not valid UTF-8") from None
     with Searcher.load(args.index, device=args.device, nprobe=args.nprobe) as searcher:
         hits = searcher.search(args.query, k=args.k, level=args.level, candidates=args.candidates, rerank=args.rerank,
                                hybrid=args.hybrid, bm25=args.bm25, hops=args.hops)
@@ -50,8 +55,8 @@ def run_search(args: argparse.Namespace) -> int:
         return 0
     for h in hits:
         hop = "  (second hop)" if h.hop == 2 else ""
-        print(f"{h.rank:>3}. {h.score:8.3f}  {h.title or h.doc_id}  [sentence {h.sentence_index}]{hop}")
-        print(f"     {highlight(h.sentence_text, h.spans)}")
+        print(f"{h.rank:>3}. {h.score:8.3f}  {printable(h.title or h.doc_id)}  [sentence {h.sentence_index}]{hop}")
+        print(f"     {printable(highlight(h.sentence_text, h.spans))}")
     if not hits:
         print("no results")
     return 0
@@ -69,12 +74,20 @@ def highlight(text: str, spans: list[tuple[int, int]]) -> str:
     return "".join(out)
 
 
+def printable(text: str) -> str:
+    """Text safe for a terminal: control characters (escape sequences among
+    them) shown as \\x.. escapes instead of being obeyed."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
 def run_info(args: argparse.Namespace) -> int:
     m = read_manifest(args.index)
     shards = m["shards"]
     summary = {
         "path": str(args.index),
         "status": m["status"],
+        "documents": m.get("counts", {}).get("documents", 0),
+        "vectors": m.get("counts", {}).get("vectors", 0),
         "problems": integrity.check(args.index, m),
         "encoder": m["encoder"],
         "backbone": m["backbone"],

@@ -201,8 +201,10 @@ class Searcher:
             if level != "doc":
                 raise ValueError("BM25 alone ranks documents: use level='doc', or hybrid=True for sentences and units")
             return [self._lexical_hits(_text(q), k, exclude[qi] if exclude else set()) for qi, q in enumerate(queries)]
-        if nprobe is not None and nprobe < 1:
-            raise ValueError(f"nprobe must be at least 1, got {nprobe}")
+        for name, value in (("nprobe", nprobe), ("candidates", candidates), ("rerank", rerank)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        self._warn_unknown(queries)
         encoded = self.encoder.encode_queries(list(queries))
         sizes = [len(e.vectors) for e in encoded]
         depth = max(k, FUSION_DEPTH) if hybrid else k
@@ -264,6 +266,15 @@ class Searcher:
             if key is not None:  # an incomplete index may lack a document BM25 holds
                 out.append(_lexical_hit(len(out) + 1, self.shards[key >> 32].store.document(key & 0xFFFFFFFF), score, terms))
         return out
+
+    def _warn_unknown(self, queries: Sequence[str | Document]) -> None:
+        """A query the vocabulary cannot spell (every word-piece [UNK], e.g.
+        Chinese for an English model) still gets answers: say they mean nothing."""
+        tokenizer = self.encoder.backbone.tokenizer
+        for q in queries:
+            ids = tokenizer(_text(q), add_special_tokens=False)["input_ids"]
+            if ids and all(i == tokenizer.unk_token_id for i in ids):
+                log.warning("query %r is unknown to the backbone's vocabulary (all [UNK]): its dense results carry no meaning", _text(q)[:80])
 
     def _second_hop(self, query: str, hits: list[Hit], k: int, skip: set[str]) -> list[Hit]:
         if not hits:

@@ -1,0 +1,70 @@
+"""Bad input at search time: a one-line error or a warning, never a traceback
+or a silent answer; per-call options are thread-safe."""
+import json
+import logging
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from encoders import Document, load_encoder
+from eval.cli import main
+from indexer.build import IndexWriter
+from retriever import Searcher
+from retriever.cli import printable
+
+
+@pytest.fixture(scope="module")
+def pq_index(tmp_path_factory, tiny, hotpot_docs):
+    path = tmp_path_factory.mktemp("search") / "ix"
+    enc = load_encoder("tokens", backbone=tiny)
+    IndexWriter(path, enc, shard_docs=100, factory="IVF16,PQ8").build(hotpot_docs)
+    return path, enc
+
+
+@pytest.mark.parametrize("flag,value", [("--candidates", "-3"), ("--rerank", "-18"), ("--nprobe", "0"), ("--nprobe", "-1")])
+def test_out_of_range_options_are_one_line_errors(pq_index, capsys, flag, value):
+    path, _ = pq_index
+    assert main(["search", str(path), "a band from London", flag, value, "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{flag[2:]} must be at least 1, got {value}" in err and "Traceback" not in err
+
+
+def test_concurrent_searches_with_different_nprobe_agree_with_sequential_ones(pq_index):
+    path, enc = pq_index
+    queries = ["a band from London", "an American film director", "a river in Europe", "a novel about war"]
+    jobs = [(q, nprobe) for q in queries for nprobe in (1, 4, 16)] * 3
+    with Searcher.load(path, encoder=enc) as s:
+        alone = {job: [(h.doc_id, h.score) for h in s.search(job[0], k=5, candidates=2, rerank=5, nprobe=job[1])] for job in set(jobs)}
+        with ThreadPoolExecutor(8) as pool:
+            together = list(pool.map(lambda job: [(h.doc_id, h.score) for h in s.search(job[0], k=5, candidates=2, rerank=5, nprobe=job[1])], jobs))
+    assert together == [alone[job] for job in jobs]
+    assert len({tuple(alone[(queries[0], n)]) for n in (1, 4, 16)}) > 1  # nprobe matters on this index
+
+
+def test_a_query_the_vocabulary_cannot_spell_is_warned_about(pq_index, caplog):
+    path, enc = pq_index
+    with Searcher.load(path, encoder=enc) as s, caplog.at_level(logging.WARNING):
+        s.search("a band from London", k=3)
+        assert not caplog.records
+        s.search("🤖🦜", k=3)
+    assert "unknown to the backbone's vocabulary" in caplog.text
+
+
+def test_control_characters_are_shown_not_obeyed(tmp_path, tiny_dir, capsys):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "x", "title": "Evil\x1b[2J title", "text": "A bell rings here.\x07 Red text \x1b[31m follows."}) + "\n")
+    assert main(["-q", "index", str(corpus), "--out", str(tmp_path / "ix"), "--backbone", str(tiny_dir), "--device", "cpu"]) == 0
+    capsys.readouterr()
+    assert main(["search", str(tmp_path / "ix"), "bell rings", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "Evil\\x1b[2J title" in out
+    assert printable("tab\tand é 中") == "tab\\tand é 中"
+
+
+def test_a_query_that_is_not_utf8_is_refused(pq_index):
+    path, _ = pq_index
+    run = subprocess.run([sys.executable, "-m", "eval.cli", "search", str(path), b"caf\xe9".decode("utf-8", "surrogateescape"), "--device", "cpu"],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "not valid UTF-8" in run.stderr and "Traceback" not in run.stderr
