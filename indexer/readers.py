@@ -50,8 +50,9 @@ class Skip:
 
     `reason` is a slug: "empty", "invalid_utf8", "malformed_json",
     "missing_field", "truncated_bz2" (any truncated or corrupt compressed
-    stream, bz2 or gzip), "too_large", "redirect", "namespace" or "unreadable"
-    (a file that cannot be opened or parsed as a whole). `source` is
+    stream, bz2 or gzip), "too_large", "bad_id" (a lone surrogate, or more than
+    MAX_ID_BYTES bytes: LMDB keys hold 511), "redirect", "namespace" or
+    "unreadable" (a file that cannot be opened or parsed as a whole). `source` is
     "path:line" for line-based formats, "path#id" for records with an id, or
     the path for a whole file.
     """
@@ -63,6 +64,8 @@ class Skip:
 
 Record = Document | Skip
 FORMATS = ("jsonl", "beir", "hotpotqa", "propsegment", "mediawiki", "wikiextractor")
+# LMDB keys hold at most 511 bytes, and a document's key is "id/" + its id.
+MAX_ID_BYTES = 500
 
 _CLUSTER_FILE = re.compile(r"document_clusters\.[^.]+\.json(?:\.bz2|\.gz)?")
 _SNIFF_BYTES = 64 * 1024
@@ -307,13 +310,35 @@ def _document(
     max_chars: int,
     sentences: Iterable[Span] | None = None,
 ) -> Record:
-    """A Document, or the Skip for an empty or oversized text."""
+    """A Document, or the Skip for an empty or oversized text or an id the
+    index cannot key. Lone surrogates (JSON "\\ud800" escapes) in a text or
+    title become U+FFFD, with a warning naming the record."""
     if not text.strip():
         return Skip("empty", source)
     if len(text) > max_chars:
         return Skip("too_large", source, f"{len(text)} characters > {max_chars}")
+    if not _utf8(doc_id):
+        return Skip("bad_id", source, "the id holds a lone surrogate (not Unicode text)")
+    if len(doc_id.encode()) > MAX_ID_BYTES:
+        return Skip("bad_id", source, f"the id is {len(doc_id.encode())} bytes long, more than {MAX_ID_BYTES}")
+    if not (_utf8(text) and _utf8(title)):
+        log.warning("%s: lone surrogates in the text or title replaced by U+FFFD", source)
+        text, title = _repair(text), _repair(title)
     spans = split_sentences(text) if sentences is None else sentences
     return Document(doc_id, text, title, tuple(spans))
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _repair(text: str) -> str:
+    """Lone surrogates replaced, one U+FFFD each: offsets into the text stay valid."""
+    return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
 
 
 def _load_json(path: Path) -> object:

@@ -398,3 +398,40 @@ def test_unknown_or_missing_input_raises_at_call_time(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown format"):
         read_corpus([text], format="csv")
     assert "beir" in FORMATS and "csv" not in FORMATS
+
+
+def test_long_and_surrogate_ids_are_counted_skips_and_surrogate_text_is_repaired(tmp_path: Path, caplog) -> None:
+    from indexer.readers import MAX_ID_BYTES
+
+    long_id = "é" * 300  # 600 bytes: over LMDB's key limit
+    lines = [
+        json.dumps({"id": long_id, "text": "Too long an id."}),
+        '{"id": "bad\\ud800id", "text": "A lone surrogate in the id."}',
+        '{"id": "ok", "title": "T\\udfff", "text": "Fine text \\ud83d with a lone surrogate."}',
+        json.dumps({"id": "é" * (MAX_ID_BYTES // 2), "text": "An id of exactly the limit."}),
+    ]
+    (tmp_path / "c.jsonl").write_text("\n".join(lines) + "\n")
+    records = list(read_corpus([tmp_path / "c.jsonl"]))
+    skips = [r for r in records if isinstance(r, Skip)]
+    assert [s.reason for s in skips] == ["bad_id", "bad_id"]
+    assert skips[0].source.endswith("c.jsonl:1") and "600 bytes" in skips[0].detail
+    assert skips[1].source.endswith("c.jsonl:2") and "surrogate" in skips[1].detail
+    docs = [r for r in records if not isinstance(r, Skip)]
+    assert [d.id for d in docs] == ["ok", "é" * (MAX_ID_BYTES // 2)]
+    assert docs[0].text == "Fine text \ufffd with a lone surrogate." and docs[0].title == "T\ufffd"
+    assert "c.jsonl:3: lone surrogates" in caplog.text
+
+
+@pytest.mark.slow
+def test_a_long_id_no_longer_loses_its_shard(tmp_path: Path, tiny) -> None:
+    from encoders import load_encoder
+    from indexer.build import IndexWriter
+    from retriever import Searcher
+
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps({"id": i, "text": f"Document number {n} is here."}) + "\n"
+                                              for n, i in enumerate(["a", "x" * 600, "b"])))
+    enc = load_encoder("tokens", backbone=tiny)
+    manifest = IndexWriter(tmp_path / "ix", enc, shard_docs=10).build(read_corpus([tmp_path / "c.jsonl"]))
+    assert manifest["counts"]["documents"] == 2 and manifest["skipped"] == {"bad_id": 1}
+    with Searcher.load(tmp_path / "ix", encoder=enc) as s:
+        assert {h.doc_id for h in s.search("Document number", k=5)} == {"a", "b"}
