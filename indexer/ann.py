@@ -77,7 +77,11 @@ def train(factory: str, sample: np.ndarray) -> faiss.Index:
             log.info("training the coarse quantizer on %d GPU(s)", faiss.get_num_gpus())
         except RuntimeError:
             log.info("no IVF stage in %s; training on CPU", factory)
-    index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    try:
+        index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    except RuntimeError as e:  # e.g. PQ8 needs 256 training points per sub-quantizer
+        detail = next((line for line in str(e).splitlines() if "rror" in line or "should" in line), str(e).splitlines()[0])
+        raise ValueError(f"FAISS factory {factory!r} cannot be trained on {len(sample)} vectors ({detail.strip()})") from None
     if faiss.get_num_gpus() > 0:
         try:
             faiss.extract_index_ivf(index).clustering_index = None

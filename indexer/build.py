@@ -127,6 +127,10 @@ class IndexWriter:
                 raise ValueError(f"{self.out}: the inputs changed since its build began ({changed}); "
                                  f"use another --out, or delete it to rebuild")
             manifest["inputs"] = fresh["inputs"]  # adopts file fingerprints where an older build had none
+            if manifest["status"] in ("encoding", "training"):
+                # Nothing is trained yet: a re-run may choose another index (after a factory failed to train).
+                for key in ("factory", "backend"):
+                    manifest["settings"][key] = self.settings[key]
             for key in ("encoder", "settings"):
                 if manifest[key] != fresh[key]:
                     raise ValueError(
@@ -217,7 +221,14 @@ class IndexWriter:
             self.manifest["status"] = "training"
             self._commit()
         if self.manifest["status"] == "training":
-            self._train()
+            if self.manifest["counts"]["documents"] == 0:
+                (self.out / "manifest.json").unlink()  # nothing committed: a re-run (another --format, say) starts afresh
+                raise ValueError(f"no document could be read from the inputs (skipped: {self.manifest['skipped'] or 'none'}); "
+                                 f"check the paths and --format; nothing is indexed in {self.out}")
+            try:
+                self._train()
+            except ValueError as e:
+                raise ValueError(f"{e}; the encoded shards are kept: re-run with another --factory to train on them") from None
             self.manifest["status"] = "adding"
             self._commit()
         if self.manifest["status"] == "adding":

@@ -115,3 +115,30 @@ def test_one_writer_at_a_time(tmp_path, tiny, hotpot_docs):
     with pytest.raises(ValueError, match="other settings"):
         IndexWriter(tmp_path / "ix", enc, shard_docs=7)
     IndexWriter(tmp_path / "ix", enc, shard_docs=5).close()
+
+
+def test_a_format_that_reads_nothing_indexes_nothing(tmp_path, tiny_dir, hotpot_docs, capsys):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in hotpot_docs[:5]))
+    args = ["-q", "index", str(corpus), "--out", str(tmp_path / "ix"), "--backbone", str(tiny_dir), "--device", "cpu"]
+    assert main([*args, "--format", "mediawiki"]) == 2
+    err = capsys.readouterr().err
+    assert "no document could be read" in err and "--format" in err
+    assert not (tmp_path / "ix" / "manifest.json").exists()
+    assert main(args) == 0  # the right format then builds in the same directory
+    assert read_manifest(tmp_path / "ix")["counts"]["documents"] == 5
+
+
+def test_a_factory_that_cannot_train_keeps_the_encoding_and_another_can_finish(tmp_path, tiny_dir, hotpot_docs, capsys):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in hotpot_docs[:3]))
+    args = ["-q", "index", str(corpus), "--out", str(tmp_path / "ix"), "--backbone", str(tiny_dir), "--device", "cpu"]
+    assert main([*args, "--factory", "IVF16,PQ8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot be trained on" in err and "re-run with another --factory" in err and "Traceback" not in err
+    encoded = read_manifest(tmp_path / "ix")
+    assert encoded["status"] == "training" and encoded["counts"]["documents"] == 3
+    assert main([*args, "--factory", "Flat"]) == 0
+    done = read_manifest(tmp_path / "ix")
+    assert done["status"] == "complete" and done["index"]["factory"] == "Flat"
+    assert [s["lmdb_sha256"] for s in done["shards"]] == [s["lmdb_sha256"] for s in encoded["shards"]]  # not re-encoded
