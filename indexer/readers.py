@@ -93,6 +93,8 @@ def detect_format(path: str | Path) -> str:
         fmt, error = _directory_format(path), None
         if fmt is None:
             for file in _walk(path):
+                if isinstance(file, Skip):
+                    continue
                 fmt, error = _sniff(file)
                 if fmt is not None:
                     break
@@ -124,6 +126,8 @@ def read_corpus(
         path = Path(p)
         if not path.exists():
             raise ValueError(f"{path}: no such file or directory")
+        if not (path.is_file() or path.is_dir()):
+            raise ValueError(f"{path}: not a regular file or directory")
         plan.append((path, format or detect_format(path)))
     return _read_plan(plan, format is not None, max_chars)
 
@@ -143,6 +147,9 @@ def _read_plan(
 
 def _read_directory(path: Path, fmt: str, forced: bool, max_chars: int) -> Iterator[Record]:
     for file, file_fmt in _directory_plan(path, fmt, forced):
+        if isinstance(file, Skip):
+            yield file
+            continue
         error = None
         if file_fmt is None:
             file_fmt, error = _sniff(file)
@@ -154,9 +161,10 @@ def _read_directory(path: Path, fmt: str, forced: bool, max_chars: int) -> Itera
             yield Skip("unreadable", str(file), "unknown format")
 
 
-def _directory_plan(path: Path, fmt: str, forced: bool) -> list[tuple[Path, str | None]]:
+def _directory_plan(path: Path, fmt: str, forced: bool) -> list[tuple[Path | Skip, str | None]]:
     """The files a directory is read from, in order, each with its format
-    (None: sniffed from its content when it is read)."""
+    (None: sniffed from its content when it is read), and a Skip in place of
+    an entry that cannot be read."""
     if fmt == "beir" and (path / "corpus.jsonl").is_file():
         return [(path / "corpus.jsonl", "jsonl")]
     if fmt == "propsegment":
@@ -164,7 +172,7 @@ def _directory_plan(path: Path, fmt: str, forced: bool) -> list[tuple[Path, str 
         clusters = sorted(p for p in path.iterdir() if _CLUSTER_FILE.fullmatch(p.name))
         if clusters:
             return [(file, "propsegment") for file in clusters]
-    return [(file, fmt if forced else None) for file in _walk(path)]
+    return [(file, None if isinstance(file, Skip) or not forced else fmt) for file in _walk(path)]
 
 
 def fingerprint(paths: Sequence[str | Path], format: str | None = None) -> dict[str, dict[str, Any]]:
@@ -179,21 +187,33 @@ def input_files(paths: Sequence[str | Path], format: str | None = None) -> list[
     for p in paths:
         path = Path(p)
         if path.is_dir():
-            files += [f for f, _ in _directory_plan(path, format or detect_format(path), format is not None)]
+            files += [f for f, _ in _directory_plan(path, format or detect_format(path), format is not None) if isinstance(f, Path)]
         elif path.is_file():
             files.append(path)
     return files
 
 
-def _walk(directory: Path) -> Iterator[Path]:
-    """Non-hidden files under `directory`, recursively, in sorted name order."""
+def _walk(directory: Path, seen: set[Path] | None = None) -> Iterator[Path | Skip]:
+    """Non-hidden files under `directory`, recursively, in sorted name order;
+    a Skip for what cannot be read as a file (a broken link, a FIFO or
+    device, a directory met again through a link loop)."""
+    seen = set() if seen is None else seen
+    real = directory.resolve()
+    if real in seen:
+        yield Skip("unreadable", str(directory), "directory already read (a symbolic link loop)")
+        return
+    seen.add(real)
     for entry in sorted(directory.iterdir(), key=lambda p: p.name):
         if entry.name.startswith("."):
             continue
         if entry.is_dir():
-            yield from _walk(entry)
+            yield from _walk(entry, seen)
         elif entry.is_file():
             yield entry
+        elif entry.is_symlink():
+            yield Skip("unreadable", str(entry), "broken symbolic link")
+        else:
+            yield Skip("unreadable", str(entry), "not a regular file (a FIFO, socket or device)")
 
 
 def _directory_format(path: Path) -> str | None:

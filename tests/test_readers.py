@@ -240,6 +240,24 @@ def test_directory_walk_is_sorted_recursive_and_skips_hidden_files(tmp_path: Pat
     assert [r.id if isinstance(r, Document) else r.reason for r in records] == ["az", "b", "unreadable"]
 
 
+
+def test_links_fifos_and_loops_are_named_skips_and_nothing_hangs(tmp_path: Path) -> None:
+    import os
+
+    write_lines(tmp_path / "a.jsonl", [b'{"id": "a", "text": "A."}'])
+    (tmp_path / "sub").mkdir()
+    write_lines(tmp_path / "sub" / "b.jsonl", [b'{"id": "b", "text": "B."}'])
+    (tmp_path / "sub" / "loop").symlink_to(tmp_path)  # back to the top: read it once
+    (tmp_path / "gone.jsonl").symlink_to(tmp_path / "missing.jsonl")
+    os.mkfifo(tmp_path / "pipe")
+    records = list(read_corpus([tmp_path]))
+    assert [r.id for r in records if isinstance(r, Document)] == ["a", "b"]
+    skips = {Path(r.source).name: r.detail for r in records if isinstance(r, Skip)}
+    assert skips == {"gone.jsonl": "broken symbolic link", "loop": "directory already read (a symbolic link loop)",
+                     "pipe": "not a regular file (a FIFO, socket or device)"}
+    with pytest.raises(ValueError, match="not a regular file or directory"):
+        read_corpus([tmp_path / "pipe"])
+
 MEDIAWIKI = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10">
   <siteinfo><sitename>Test</sitename></siteinfo>
   <page><title>Ada</title><ns>0</ns><id>1</id>
