@@ -32,7 +32,8 @@ class Document:
     `sentences` are half-open [start, end) spans, sorted and non-overlapping.
     `focus`, when given, restricts what is represented to these character
     spans; the rest of the text is context only (a proposition inside its
-    sentence, say). Empty means the whole text.
+    sentence, say). Empty means the whole text. `source` says where a reader
+    found it ("path:line", "path#id"), for messages; it is not stored.
     """
 
     id: str
@@ -40,6 +41,7 @@ class Document:
     title: str = ""
     sentences: tuple[Span, ...] = ()
     focus: tuple[Span, ...] = ()
+    source: str = field(default="", compare=False, repr=False)
 
     def sentence_text(self, i: int) -> str:
         start, end = self.sentences[i]

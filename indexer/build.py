@@ -414,7 +414,8 @@ def _take(stream: Iterator[Record], want: int, seen: set[str]) -> tuple[list[Doc
             break
         n_inputs += 1
         if isinstance(record, Document) and record.id in seen:
-            record = Skip("duplicate_id", record.id, "an earlier document has this id")
+            # A set of ids, not of where each came from: 6M sources would cost gigabytes.
+            record = Skip("duplicate_id", record.source or record.id, f"id {record.id!r} was taken by an earlier document")
         if isinstance(record, Skip):
             skipped[record.reason] += 1
             if len(examples.setdefault(record.reason, [])) < EXAMPLES_PER_REASON:

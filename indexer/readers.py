@@ -345,7 +345,7 @@ def _document(
         log.warning("%s: lone surrogates in the text or title replaced by U+FFFD", source)
         text, title = _repair(text), _repair(title)
     spans = split_sentences(text) if sentences is None else sentences
-    return Document(doc_id, text, title, tuple(spans))
+    return Document(doc_id, text, title, tuple(spans), source=source)
 
 
 def _utf8(text: str) -> bool:

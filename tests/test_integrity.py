@@ -142,3 +142,15 @@ def test_a_factory_that_cannot_train_keeps_the_encoding_and_another_can_finish(t
     done = read_manifest(tmp_path / "ix")
     assert done["status"] == "complete" and done["index"]["factory"] == "Flat"
     assert [s["lmdb_sha256"] for s in done["shards"]] == [s["lmdb_sha256"] for s in encoded["shards"]]  # not re-encoded
+
+
+def test_a_duplicate_id_names_the_file_and_record_it_came_from(tmp_path, tiny, caplog):
+    from indexer.readers import read_corpus
+
+    (tmp_path / "a.jsonl").write_text(json.dumps({"id": "same", "text": "The first one."}) + "\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"id": "other", "text": "Another."}) + "\n" + json.dumps({"id": "same", "text": "The second one."}) + "\n")
+    enc = load_encoder("tokens", backbone=tiny)
+    manifest = IndexWriter(tmp_path / "ix", enc).build(read_corpus([tmp_path / "a.jsonl", tmp_path / "b.jsonl"]))
+    assert manifest["skipped"] == {"duplicate_id": 1}
+    assert manifest["shards"][0]["skipped_examples"]["duplicate_id"] == [f"{tmp_path / 'b.jsonl'}:2"]
+    assert f"skipped {tmp_path / 'b.jsonl'}:2 (duplicate_id): id 'same' was taken by an earlier document" in caplog.text
