@@ -83,7 +83,13 @@ def encoder_from_config(
     (on `backbone` when one is already loaded)."""
     options = {k: v for k, v in config.items() if k not in ("name", "backbone", "dim")}
     options.setdefault("title", False)  # indexes from before titles never read them
-    return load_encoder(config["name"], backbone=backbone or config["backbone"], device=device, **options)
+    if backbone is None:
+        from .backbone import Backbone
+
+        # The index was built with this backbone, so it is on this machine or
+        # nowhere: never wait on the network for it.
+        backbone = Backbone.load(config["backbone"], device=device, max_length=options.get("max_length"), local_only=True)
+    return load_encoder(config["name"], backbone=backbone, device=device, **options)
 
 
 def __getattr__(name: str) -> Any:

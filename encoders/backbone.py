@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers
@@ -40,6 +41,11 @@ def resolve_backbone(name: str) -> Path | str:
     return name
 
 
+def _from_pretrained(source: str, local_only: bool) -> tuple[Any, Any]:
+    tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, local_files_only=local_only)
+    return tokenizer, AutoModel.from_pretrained(source, local_files_only=local_only)
+
+
 def pick_device(device: str = "auto") -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -63,18 +69,26 @@ class Backbone:
     state_cache_hits: int = 0
 
     @classmethod
-    def load(cls, name: str = DEFAULT_BACKBONE, device: str = "auto", max_length: int | None = None) -> "Backbone":
+    def load(cls, name: str = DEFAULT_BACKBONE, device: str = "auto", max_length: int | None = None,
+             local_only: bool = False) -> "Backbone":
+        """`name`: a local directory or a hub name (from the cache first; from
+        the hub only when `local_only` is off and the cache lacks it)."""
         source = resolve_backbone(name)
         dev = pick_device(device)
         transformers.utils.logging.disable_progress_bar()  # one bar per build is ours to show
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(source), use_fast=True)
-            model = AutoModel.from_pretrained(str(source))
+            tokenizer, model = _from_pretrained(str(source), local_only=True)
         except OSError as e:
-            raise ValueError(
-                f"cannot load backbone {name!r} (from {source}): not a local model directory "
-                f"and not in the Hugging Face cache ({e.__class__.__name__})"
-            ) from None
+            if local_only or isinstance(source, Path):
+                where = "a local model directory that cannot be read" if isinstance(source, Path) else "not in the Hugging Face cache"
+                raise ValueError(f"cannot load backbone {name!r} (from {source}): {where} ({e.__class__.__name__})") from None
+            try:
+                tokenizer, model = _from_pretrained(str(source), local_only=False)
+            except OSError as e:
+                raise ValueError(
+                    f"cannot load backbone {name!r}: not a local model directory, not in the Hugging Face cache, "
+                    f"and not downloadable here ({e.__class__.__name__})"
+                ) from None
         if not tokenizer.is_fast:
             raise ValueError(f"backbone {name!r} has no fast tokenizer; character offsets need one")
         if dev.type == "cuda":

@@ -99,6 +99,18 @@ def test_unknown_encoder_and_backbone_fail_with_one_line(tiny):
         load_encoder("single", backbone="/nonexistent/model-dir-xyz")
 
 
+def test_an_index_backbone_missing_here_fails_without_the_network(monkeypatch):
+    from encoders import backbone as bb
+    from encoders import encoder_from_config
+
+    calls = []
+    real = bb._from_pretrained
+    monkeypatch.setattr(bb, "_from_pretrained", lambda source, local_only: calls.append(local_only) or real(source, local_only))
+    with pytest.raises(ValueError, match="not in the Hugging Face cache"):
+        encoder_from_config({"name": "single", "backbone": "propdex-tests/no-such-model", "dim": 384})
+    assert calls == [True]  # the cache was asked, the hub never
+
+
 @pytest.mark.slow
 def test_minilm_single_ranks_a_paraphrase_above_an_unrelated_sentence(minilm):
     enc = load_encoder("single", backbone=minilm)
