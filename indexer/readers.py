@@ -50,7 +50,8 @@ class Skip:
 
     `reason` is a slug: "empty", "invalid_utf8", "malformed_json",
     "missing_field", "truncated_bz2" (any truncated or corrupt compressed
-    stream, bz2 or gzip), "too_large", "bad_id" (a lone surrogate, or more than
+    stream, bz2 or gzip), "malformed_xml" (one page of a MediaWiki dump),
+    "too_large", "bad_id" (a lone surrogate, or more than
     MAX_ID_BYTES bytes: LMDB keys hold 511), "redirect", "namespace" or
     "unreadable" (a file that cannot be opened or parsed as a whole). `source` is
     "path:line" for line-based formats, "path#id" for records with an id, or
@@ -503,15 +504,37 @@ def _locate(text: str, sentences: list[str]) -> list[Span] | None:
 
 
 def _read_mediawiki(path: Path, max_chars: int) -> Iterator[Record]:
-    """Pages of a MediaWiki XML export, streamed; articles rendered to text."""
+    """Pages of a MediaWiki XML export, streamed; articles rendered to text.
+
+    Each `<page>...</page>` is cut from the byte stream and parsed on its own
+    (in XML text a literal "<page>" is escaped, so the tags are unambiguous),
+    so one malformed page is one skip and the pages after it are still read."""
+    count = number = 0
+    buffer, inside = b"", False
     with _open_binary(path) as f:
-        events = ET.iterparse(f, events=("start", "end"))
-        _, root = next(events)
-        ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
-        for event, elem in events:
-            if event == "end" and elem.tag == ns + "page":
-                yield _page_record(elem, ns, path, max_chars)
-                root.clear()  # drop finished pages so memory stays flat
+        for block in iter(lambda: f.read(1 << 20), b""):
+            buffer += block
+            while True:
+                if not inside:
+                    start = buffer.find(b"<page>")
+                    if start < 0:
+                        buffer = buffer[-len(b"<page>"):]  # a tag may straddle two blocks
+                        break
+                    buffer, inside, number = buffer[start:], True, number + 1
+                end = buffer.find(b"</page>")
+                if end < 0:
+                    break
+                end += len(b"</page>")
+                page, buffer, inside = buffer[:end], buffer[end:], False
+                try:
+                    # Parsed apart from the root, the page's tags carry no namespace.
+                    record = _page_record(ET.fromstring(page), "", path, max_chars)
+                except ET.ParseError as e:
+                    record = Skip("malformed_xml", f"{path}#page {number}", f"XML error: {e}")
+                count += 1
+                yield record
+    if inside:
+        yield Skip("unreadable", str(path), f"after {count} records: the file ends inside page {number}")
 
 
 _REDIRECT_TEXT = re.compile(r"\s*#redirect", re.IGNORECASE)

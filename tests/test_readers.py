@@ -453,3 +453,17 @@ def test_a_long_id_no_longer_loses_its_shard(tmp_path: Path, tiny) -> None:
     assert manifest["counts"]["documents"] == 2 and manifest["skipped"] == {"bad_id": 1}
     with Searcher.load(tmp_path / "ix", encoder=enc) as s:
         assert {h.doc_id for h in s.search("Document number", k=5)} == {"a", "b"}
+
+
+def test_one_malformed_page_in_a_real_dump_costs_that_page_only(tmp_path: Path, dump_records: list[Record]) -> None:
+    raw = bz2.decompress(next((DATA / "wikipedia" / "dump").glob("*.bz2")).read_bytes())
+    third = raw.index(b"<page>", raw.index(b"<page>", raw.index(b"<page>") + 1) + 1)
+    title_end = raw.index(b"</title>", third)
+    damaged = raw[:title_end] + b"<broken" + raw[title_end:]  # an unclosed tag inside page 3
+    (tmp_path / "dump.xml.bz2").write_bytes(bz2.compress(damaged))
+    records = list(read_corpus([tmp_path / "dump.xml.bz2"]))
+    assert len(records) == len(dump_records)
+    bad = [i for i, r in enumerate(records) if isinstance(r, Skip) and r.reason == "malformed_xml"]
+    assert bad == [2] and records[2].source.endswith("#page 3")
+    kept = lambda rs: [(r.id if isinstance(r, Document) else r.reason) for i, r in enumerate(rs) if i != 2]
+    assert kept(records) == kept(dump_records) and sum(isinstance(r, Document) for r in records) >= 100
