@@ -6,9 +6,12 @@ others; each layer contributes its own subcommands.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
+
+import lmdb
 
 import encoders.training.cli
 import indexer.cli
@@ -48,6 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `propdex ... | head`: the reader left, nothing to report
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except (OSError, lmdb.Error) as e:
+        # A full disk (LMDB reports it as its own error with the errno's text).
+        if getattr(e, "errno", None) not in (errno.ENOSPC, errno.EDQUOT) and "No space left" not in str(e):
+            raise
+        where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
+        print(f"propdex: error: no space left on the device{where}; free some and run the same command again "
+              f"(a build resumes from its last commit)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("propdex: interrupted (a build resumes where it stopped when run again)", file=sys.stderr)
         return 130

@@ -154,3 +154,29 @@ def test_a_duplicate_id_names_the_file_and_record_it_came_from(tmp_path, tiny, c
     assert manifest["skipped"] == {"duplicate_id": 1}
     assert manifest["shards"][0]["skipped_examples"]["duplicate_id"] == [f"{tmp_path / 'b.jsonl'}:2"]
     assert f"skipped {tmp_path / 'b.jsonl'}:2 (duplicate_id): id 'same' was taken by an earlier document" in caplog.text
+
+
+def test_a_full_disk_is_one_line_and_the_build_resumes(tmp_path, tiny_dir, hotpot_docs, capsys, monkeypatch):
+    import errno
+
+    from indexer import build as build_module
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in hotpot_docs[:6]))
+    args = ["-q", "index", str(corpus), "--out", str(tmp_path / "ix"), "--backbone", str(tiny_dir), "--device", "cpu", "--shard-docs", "3"]
+    real, calls = build_module.write_shard, []
+
+    def second_shard_fills_the_disk(path, *a, **kw):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path / "meta.lmdb"))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(build_module, "write_shard", second_shard_fills_the_disk)
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "propdex: error: no space left on the device writing " in err and "resumes" in err and "Traceback" not in err
+    assert len(read_manifest(tmp_path / "ix")["shards"]) == 1
+    monkeypatch.setattr(build_module, "write_shard", real)
+    assert main(args) == 0
+    assert read_manifest(tmp_path / "ix")["counts"]["documents"] == 6
