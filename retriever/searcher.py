@@ -135,6 +135,11 @@ class Searcher:
             store = ShardStore(path / s["name"])
             file = path / s["name"] / s["index"]
             index = ann.HnswIndex(file, store.dim, s["vectors"]) if s["index"].endswith(".hnsw") else ann.read_faiss(file, mmap)
+            counts = (len(store), int(store.info["vectors"]), index.ntotal)
+            if counts != (s["docs"], s["vectors"], s["vectors"]):
+                store.close()
+                raise ValueError(f"index {path} is damaged: {s['name']} holds {counts[0]} documents, {counts[1]} stored and "
+                                 f"{counts[2]} indexed vectors, its manifest {s['docs']} and {s['vectors']}")
             shards.append(_Shard(s["name"], store, index))
         return cls(path, manifest, encoder, shards, nprobe)
 

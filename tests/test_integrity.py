@@ -180,3 +180,10 @@ def test_a_full_disk_is_one_line_and_the_build_resumes(tmp_path, tiny_dir, hotpo
     monkeypatch.setattr(build_module, "write_shard", real)
     assert main(args) == 0
     assert read_manifest(tmp_path / "ix")["counts"]["documents"] == 6
+
+
+def test_counts_that_disagree_with_the_manifest_stop_the_load(index):
+    path, enc = index
+    _edit_manifest(path, lambda m: m["shards"][1].update(vectors=m["shards"][1]["vectors"] + 1))
+    with pytest.raises(ValueError, match=r"is damaged: shard-00001 holds 10 documents, \d+ stored and \d+ indexed vectors"):
+        Searcher.load(path, encoder=enc)
