@@ -70,6 +70,7 @@ MAX_ID_BYTES = 500
 
 _CLUSTER_FILE = re.compile(r"document_clusters\.[^.]+\.json(?:\.bz2|\.gz)?")
 _SNIFF_BYTES = 64 * 1024
+_BZ2_MAGIC = re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)")
 # Errors a damaged bz2/gzip stream raises while being read.
 _STREAM_ERRORS = (EOFError, OSError, zlib.error)
 
@@ -249,11 +250,14 @@ def _broken_file(path: Path, count: int, error: str) -> Skip:
 
 
 def _compression(path: Path) -> str | None:
+    """bz2 or gzip by magic number (the stream header and, for bz2, the first
+    block's or the end-of-stream marker), so text that merely starts with
+    "BZh" is text."""
     with open(path, "rb") as f:
-        magic = f.read(3)
-    if magic == b"BZh":
+        magic = f.read(10)
+    if _BZ2_MAGIC.match(magic):
         return "bz2"
-    if magic[:2] == b"\x1f\x8b":
+    if magic[:3] == b"\x1f\x8b\x08":  # gzip, deflate: the only method gzip writes
         return "gzip"
     return None
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from encoders import Document, load_encoder
 from indexer.build import IndexWriter
-from indexer.readers import Skip, read_corpus
+from indexer.readers import Skip, _compression, read_corpus
 from retriever import Searcher
 
 doc_line = st.tuples(st.just("doc"), st.text(max_size=20), st.text(max_size=200), st.text(max_size=30))
@@ -32,6 +32,9 @@ def test_jsonl_reader_yields_one_record_per_line_and_keeps_every_valid_document(
     path.write_bytes(b"\n".join(raw) + b"\n")
     records = list(read_corpus([path], "jsonl"))
     assert all(isinstance(r, (Document, Skip)) for r in records)
+    if _compression(path):  # a compressed file's header by chance: read as one, broken, and said so
+        assert records[-1].reason == "truncated_bz2" and records[-1].source == str(path)
+        return
     assert len(records) == sum(1 for r in raw if r.strip())  # blank lines are not records
     docs = [(r.id, r.text, r.title) for r in records if isinstance(r, Document)]
     found = iter(docs)
