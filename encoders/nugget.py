@@ -33,11 +33,15 @@ from torch import nn
 from . import weights_path
 from .adapters import adapt, adapter_stages, layer_stack, merged_stages
 from .backbone import Backbone
-from .base import Encoder, SentenceLocator, TokenStates, focus_mask, l2_normalize
+from .base import SentenceLocator, TokenStates, focus_mask, l2_normalize
+from .tokens import TokensEncoder
 from .provenance import read_weights, verified_sha256
 from .units import Encoded, Kind, Passage
 
 QUERY_MODES = ("nuggets", "tokens")
+DEFAULT_RATIO = 0.25
+# How far (in tokens) an even cut may move to land on a word start.
+SNAP_REACH = 1
 
 
 def n_nuggets(lengths: list[int] | np.ndarray | torch.Tensor, ratio: float) -> list[int]:
@@ -293,48 +297,127 @@ def load_nugget(
     return nugget.eval(), decoder, config
 
 
-class NuggetEncoder(Encoder):
+def word_starts(offsets: np.ndarray) -> np.ndarray:
+    """(n,) bool: the token begins a whitespace-delimited word (char offsets
+    (n, 2) of one passage's tokens). Any tokenizer: a token glued to the one
+    before it ("##s", "'t", "-of") continues that word."""
+    starts = np.ones(len(offsets), dtype=bool)
+    after_text = offsets[:-1, 1] > offsets[:-1, 0]  # specials and title tokens have empty spans
+    starts[1:] = (offsets[1:, 0] > offsets[:-1, 1]) | ~after_text
+    return starts
+
+
+def even_cuts(starts: np.ndarray, k: int, reach: int = SNAP_REACH) -> list[int]:
+    """Cut points 0 = c_0 < c_1 < ... < c_m = n (m <= k) splitting n tokens into
+    k runs of near-equal length: each even cut round(j n / k) moves to the
+    nearest word start within `reach` tokens (the earlier on a tie), so a
+    nugget ends where a word does whenever one is close."""
+    n = len(starts)
+    k = min(k, n)
+    cuts = [0]
+    for j in range(1, k):
+        even = round(j * n / k)
+        cut = next((p for d in sorted(range(-reach, reach + 1), key=lambda d: (abs(d), d))
+                    if cuts[-1] < (p := even + d) < n and starts[p]), max(even, cuts[-1] + 1))
+        if cut >= n:
+            break
+        cuts.append(cut)
+    return cuts + [n]
+
+
+class NuggetEncoder(TokensEncoder):
+    """Nuggets over the frozen backbone (default, `weights="frozen"`) or from
+    a trained nugget model (`weights="lora"`/"ae"/a directory: the paper's
+    scorer, feedback, W^V and adapters).
+
+    Frozen nuggets are the last token of each of k = ceil(n r) contiguous,
+    near-equal runs of a passage's n kept tokens (the ones `tokens` would
+    store), cut at word starts when one is within a token. A nugget's vector
+    is the mean of its run's normalised states and its unit the run's text:
+    the text since the previous nugget through the nugget itself, as the
+    paper reads a nugget. The states are the backbone's own, so nuggets keep
+    the geometry MaxSim uses and share `tokens`' forward pass.
+    """
+
     name = "nugget"
     kind = Kind.TOKEN
 
     def __init__(
-        self, backbone: Backbone, batch_size: int = 32, weights: str = "default", ratio: float | None = None,
-        query: str = "nuggets", window: int | None = None, weights_sha256: str | None = None,
+        self, backbone: Backbone, batch_size: int = 32, weights: str = "frozen", ratio: float | str | None = None,
+        query: str | None = None, window: int | str | None = None, weights_sha256: str | None = None,
     ) -> None:
         super().__init__(backbone, batch_size)
-        if query not in QUERY_MODES:
+        self.query = query or "tokens"
+        if self.query not in QUERY_MODES:
             raise ValueError(f"nugget query mode must be one of {', '.join(QUERY_MODES)}, got {query!r}")
         self.weights_name = weights
-        self.path = weights_path({"default": "nugget", "ae": "nugget-ae"}.get(weights, weights))
-        self.nugget, _, self.nugget_config = load_nugget(self.path, backbone.model)
-        if self.nugget_config["backbone"] != backbone.name and not Path(weights).is_dir():
-            raise ValueError(f"the packaged nugget weights were trained on {self.nugget_config['backbone']}, not {backbone.name}")
-        self.weights_sha256 = verified_sha256(self.path, weights_sha256)
-        self.nugget.to(backbone.device)
-        self.ratio = float(ratio if ratio is not None else self.nugget_config["ratio"])
+        self.nugget: NuggetModel | None = None
+        if weights == "frozen":
+            self.path, self.weights_sha256, trained_ratio, self.window = None, None, DEFAULT_RATIO, backbone.max_length
+        else:
+            # "default" is what indexes built before frozen nuggets recorded.
+            self.path = weights_path({"lora": "nugget", "default": "nugget", "ae": "nugget-ae"}.get(weights, weights))
+            self.nugget, _, nugget_config = load_nugget(self.path, backbone.model)
+            if nugget_config["backbone"] != backbone.name and not Path(weights).is_dir():
+                raise ValueError(f"the packaged nugget weights were trained on {nugget_config['backbone']}, not {backbone.name}")
+            self.weights_sha256 = verified_sha256(self.path, weights_sha256)
+            self.nugget.to(backbone.device)
+            trained_ratio = nugget_config["ratio"]
+            # Passages as long as the ones trained on: k grows with n, but the
+            # scorer has only seen passages this long.
+            self.window = int(window or min(backbone.max_length, nugget_config.get("max_length", 128)))
+        self.ratio = float(ratio if ratio is not None else trained_ratio)
         if not 0 < self.ratio <= 1:
             raise ValueError(f"nugget ratio must be in (0, 1], got {self.ratio}")
-        self.query = query
-        # Passages as long as the ones trained on: k grows with n, but the
-        # scorer has only seen passages this long.
-        self.window = int(window or min(backbone.max_length, self.nugget_config.get("max_length", 128)))
 
     @property
     def max_length(self) -> int:
         return self.window
 
+    @property
+    def cacheable(self) -> bool:
+        return self.nugget is None
+
     def options(self) -> dict[str, Any]:
+        if self.nugget is None:
+            return {"weights": "frozen", "ratio": self.ratio, "query": self.query}
         return {
             "weights": self.weights_name, "ratio": self.ratio, "query": self.query, "window": self.window,
             "weights_sha256": self.weights_sha256,
         }
 
     def run(self, enc: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.nugget is None:
+            return super().run(enc)
         inputs = {k: v.to(self.backbone.device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         out = self.nugget(**inputs, ratio=self.ratio)
         return out.projected, out.chosen
 
+    # -- frozen nuggets ------------------------------------------------------
+    def groups(self, idx: np.ndarray, tokens: TokenStates) -> list[list[int]]:
+        """The runs of kept tokens (positions `idx`) that become nuggets."""
+        cuts = even_cuts(word_starts(tokens.offsets)[idx], n_nuggets([len(idx)], self.ratio)[0])
+        return [idx[a:b].tolist() for a, b in zip(cuts, cuts[1:])]
+
+    def emit(self, passage: Passage, tokens: TokenStates, groups: list[list[int]]) -> Encoded:
+        # Each token's direction weighs the same in its nugget, as it would
+        # in MaxSim; the unit is the run's whole text, punctuation included.
+        states = torch.nn.functional.normalize(tokens.states.float(), dim=-1)
+        vectors = l2_normalize(torch.stack([states[g].mean(0) for g in groups]))
+        locate = SentenceLocator(passage.doc)
+        spans = [(int(tokens.offsets[g[0], 0]) + passage.start, int(tokens.offsets[g[-1], 1]) + passage.start) for g in groups]
+        return Encoded(vectors, [locate.unit([span], Kind.TOKEN) for span in spans])
+
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
+        if self.nugget is not None:
+            return self._pool_trained(passage, tokens, query=query)
+        if query and self.query == "nuggets":
+            idx = self.kept(passage, tokens, query=True)
+            return self.emit(passage, tokens, self.groups(idx, tokens)) if len(idx) else Encoded(np.zeros((0, self.dim), np.float32), [])
+        return super().pool(passage, tokens, query=query)
+
+    # -- trained nuggets -----------------------------------------------------
+    def _pool_trained(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
         doc = passage.doc
         assert tokens.selected is not None
         words = np.flatnonzero(~tokens.special)

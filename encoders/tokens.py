@@ -71,40 +71,52 @@ class TokensEncoder(Encoder):
         return options
 
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
-        doc = passage.doc
-        char_spans = tokens.offsets + passage.start
-        keep = ~tokens.special & focus_mask(doc, char_spans)
+        idx = self.kept(passage, tokens, query=query)
+        if len(idx) == 0:
+            return Encoded(np.zeros((0, self.dim), np.float32), [])
+        # A query keeps every token: compression is for the index.
+        groups = [[int(i)] for i in idx] if query else self.groups(idx, tokens)
+        encoded = self.emit(passage, tokens, groups)
+        if self.title_units and not query and tokens.title is not None and passage.start == 0:
+            title = np.flatnonzero(tokens.title & self._wordlike[tokens.ids])
+            if len(title):
+                encoded = Encoded(np.concatenate([encoded.vectors, l2_normalize(tokens.states[title])]),
+                                  encoded.units + [Unit(passage.doc.id, 0, (), Kind.TITLE) for _ in title])
+        return encoded
+
+    def kept(self, passage: Passage, tokens: TokenStates, *, query: bool) -> np.ndarray:
+        """Positions of the tokens that stand for the passage: its own text, in
+        focus, and (with `drop_punct`) not punctuation."""
+        keep = ~tokens.special & focus_mask(passage.doc, tokens.offsets + passage.start)
         if self.drop_punct:
             wordlike = self._wordlike[tokens.ids]
             for i in np.flatnonzero(tokens.ids == self._unk):
-                a, b = char_spans[i]
-                wordlike[i] = is_wordlike(doc.text[a:b])
+                a, b = tokens.offsets[i]
+                wordlike[i] = is_wordlike(passage.text[a:b])
             words = keep & wordlike
             # A query of punctuation alone ("?!") still deserves vectors.
             keep = words if words.any() or not query else keep
-        idx = np.flatnonzero(keep)
-        if len(idx) == 0:
-            return Encoded(np.zeros((0, self.dim), np.float32), [])
-        if query:  # a query keeps every token: compression is for the index
-            groups = [[i] for i in idx]
-        elif self.keep == "idf":
+        return np.flatnonzero(keep)
+
+    def groups(self, idx: np.ndarray, tokens: TokenStates) -> list[list[int]]:
+        """The kept tokens of a passage grouped into its vectors (a group's states are averaged)."""
+        if self.keep == "idf":
             n = math.ceil(len(idx) * self.ratio)
-            groups = [[i] for i in np.sort(idx[np.argsort(-self.idf[tokens.ids[idx]], kind="stable")[:n]])]
-        elif self.pool_factor > 1:
-            groups = [[int(idx[j]) for j in g] for g in pool_groups(tokens.states[idx].numpy(), self.pool_factor)]
-        else:
-            groups = [[i] for i in idx]
+            return [[int(i)] for i in np.sort(idx[np.argsort(-self.idf[tokens.ids[idx]], kind="stable")[:n]])]
+        if self.pool_factor > 1:
+            return [[int(idx[j]) for j in g] for g in pool_groups(tokens.states[idx].numpy(), self.pool_factor)]
+        return [[int(i)] for i in idx]
+
+    def emit(self, passage: Passage, tokens: TokenStates, groups: list[list[int]]) -> Encoded:
+        """One normalised vector per group (the mean of its states) and a unit
+        spanning the group's tokens."""
         if all(len(g) == 1 for g in groups):
             vectors = l2_normalize(tokens.states[[g[0] for g in groups]])
         else:
             vectors = l2_normalize(torch.stack([tokens.states[g].mean(0) for g in groups]))
-        locate = SentenceLocator(doc)
+        char_spans = tokens.offsets + passage.start
+        locate = SentenceLocator(passage.doc)
         units = [locate.unit([(int(char_spans[i, 0]), int(char_spans[i, 1])) for i in g], Kind.TOKEN) for g in groups]
-        if self.title_units and not query and tokens.title is not None and passage.start == 0:
-            title = np.flatnonzero(tokens.title & self._wordlike[tokens.ids])
-            if len(title):
-                vectors = np.concatenate([vectors, l2_normalize(tokens.states[title])])
-                units += [Unit(doc.id, 0, (), Kind.TITLE) for _ in title]
         return Encoded(vectors, units)
 
 

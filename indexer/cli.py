@@ -30,10 +30,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-punct", action="store_true", help="tokens encoder: keep punctuation tokens")
     p.add_argument("--query-segments", action="store_true",
                    help="proposition encoder: segment queries into propositions (MaxSim) instead of one whole-query vector")
-    p.add_argument("--nugget-ratio", type=float, help="nugget encoder: compression ratio r, k = ceil(n r) vectors per passage (default: the weights', 0.25)")
-    p.add_argument("--nugget-query", choices=("nuggets", "tokens"), default="nuggets",
-                   help="nugget encoder: encode queries as nuggets or as all their tokens")
-    p.add_argument("--nugget-weights", default="default", help="nugget encoder: default (AE + DocSplit), ae, or a weights directory")
+    p.add_argument("--nugget-ratio", type=float, help="nugget encoder: compression ratio r, k = ceil(n r) vectors per passage (default 0.25)")
+    p.add_argument("--nugget-query", choices=("nuggets", "tokens"), default="tokens",
+                   help="nugget encoder: encode queries as all their tokens (default) or as nuggets")
+    p.add_argument("--nugget-weights", default="frozen",
+                   help="nugget encoder: frozen (the backbone's own states, default), lora (the paper's trained model: AE + DocSplit), ae, or a weights directory")
     p.add_argument("--crossthought-weights", default="crossthought-5",
                    help="crossthought encoder: crossthought-1|3|5 (N slots), crossthought-mlm-1 (the masked-LM control), or a weights directory")
     p.add_argument("--limit", type=int, help="index at most N documents")

@@ -135,7 +135,7 @@ def test_saved_weights_load_back_to_the_same_nuggets(tiny, model, nugget_dir):
 
 
 def test_encoder_units_queries_and_config(tiny, nugget_dir):
-    encoder = NuggetEncoder(tiny, weights=str(nugget_dir), ratio=0.25)
+    encoder = NuggetEncoder(tiny, weights=str(nugget_dir), ratio=0.25, query="nuggets")
     text = TEXTS[2]
     doc = Document("d", text, "", ((0, len(text)),))
     (enc,) = encoder.encode(encoder.passages(doc))
