@@ -308,20 +308,17 @@ def word_starts(offsets: np.ndarray) -> np.ndarray:
 
 
 def even_cuts(starts: np.ndarray, k: int, reach: int = SNAP_REACH) -> list[int]:
-    """Cut points 0 = c_0 < c_1 < ... < c_m = n (m <= k) splitting n tokens into
-    k runs of near-equal length: each even cut round(j n / k) moves to the
-    nearest word start within `reach` tokens (the earlier on a tie), so a
-    nugget ends where a word does whenever one is close."""
+    """Cut points 0 = c_0 < c_1 < ... < c_k = n splitting n tokens into
+    min(k, n) runs of near-equal length: each even cut round(j n / k) moves
+    to the nearest word start within `reach` tokens (the earlier on a tie),
+    so a nugget ends where a word does whenever one is close."""
     n = len(starts)
     k = min(k, n)
     cuts = [0]
     for j in range(1, k):
-        even = round(j * n / k)
-        cut = next((p for d in sorted(range(-reach, reach + 1), key=lambda d: (abs(d), d))
-                    if cuts[-1] < (p := even + d) < n and starts[p]), max(even, cuts[-1] + 1))
-        if cut >= n:
-            break
-        cuts.append(cut)
+        even, last = round(j * n / k), n - (k - j)  # leave a token for each run still to come
+        near = (even + d for d in sorted(range(-reach, reach + 1), key=lambda d: (abs(d), d)))
+        cuts.append(next((p for p in near if cuts[-1] < p <= last and starts[p]), min(max(even, cuts[-1] + 1), last)))
     return cuts + [n]
 
 

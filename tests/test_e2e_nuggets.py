@@ -1,15 +1,21 @@
-"""End to end: a nugget index of real HotpotQA paragraphs with MiniLM and the shipped weights."""
+"""End to end: nugget indexes of real HotpotQA paragraphs and SciFact abstracts with MiniLM."""
 from __future__ import annotations
 
+import csv
+import json
 import math
 
 import pytest
 
 from encoders import Kind, load_encoder
 from indexer.build import IndexWriter
+from indexer.readers import read_corpus
 from retriever import Searcher
 
+from paths import DATA
+
 pytestmark = pytest.mark.slow
+SCIFACT = DATA / "beir" / "scifact"
 
 
 @pytest.fixture(scope="module")
@@ -21,14 +27,10 @@ def test_nugget_index_stores_ceil_n_r_vectors_per_passage_and_finds_the_paragrap
     docs = hotpot_docs[:60]
     out = tmp_path / "nuggets"
     manifest = IndexWriter(out, encoder, factory="PQ16").build(docs)
-    assert manifest["encoder"]["name"] == "nugget" and manifest["encoder"]["ratio"] == encoder.ratio
-    expected = 0
-    for d in docs:
-        title = encoder.title_of(d)  # the title is model input too: n counts its tokens
-        for p in encoder.passages(d):
-            n = len(minilm.tokenizer(*([title] if title else []), p.text)["input_ids"])
-            expected += max(1, math.ceil(n * encoder.ratio))
-    # Focus-free text: every nugget is stored, none invented (a [CLS]/[SEP] nugget included).
+    assert manifest["encoder"]["name"] == "nugget" and manifest["encoder"]["ratio"] == 0.25
+    # n counts what `tokens` would store for the passage: its words, title and punctuation left out.
+    tokens = load_encoder("tokens", backbone=minilm)
+    expected = sum(math.ceil(len(e.vectors) * 0.25) for d in docs for e in tokens.encode(tokens.passages(d)))
     assert manifest["counts"]["vectors"] == expected
     found = 0
     with Searcher.load(out, encoder=encoder) as searcher:
@@ -42,3 +44,21 @@ def test_nugget_index_stores_ceil_n_r_vectors_per_passage_and_finds_the_paragrap
         assert sentences[0].doc_id == docs[5].id
     # A paragraph's own first sentence, among 60 paragraphs on 6 topics.
     assert found >= 16
+
+
+def test_nugget_index_of_scifact_abstracts_answers_the_claims_written_for_them(encoder, tmp_path):
+    with open(SCIFACT / "qrels" / "test.tsv", encoding="utf-8") as f:
+        qrels = [(q, d) for q, d, _ in list(csv.reader(f, delimiter="\t"))[1:]]
+    claims = {str(r["_id"]): r["text"] for r in map(json.loads, (SCIFACT / "queries.jsonl").read_text().splitlines())}
+    pairs = list({q: d for q, d in qrels}.items())[:20]
+    gold = {d for _, d in pairs}
+    corpus = list(read_corpus([SCIFACT], "beir"))
+    docs = [d for d in corpus if d.id in gold] + [d for d in corpus[:200] if d.id not in gold][:40]
+    out = tmp_path / "scifact"
+    manifest = IndexWriter(out, encoder, factory="Flat").build(docs)
+    tokens = load_encoder("tokens", backbone=encoder.backbone)
+    stored = sum(len(e.vectors) for d in docs for e in tokens.encode(tokens.passages(d)))
+    assert manifest["counts"]["vectors"] <= math.ceil(stored / 4) + len(docs)  # a quarter, rounded up per passage
+    with Searcher.load(out, encoder=encoder) as searcher:
+        top1 = sum(searcher.search(claims[q], k=1)[0].doc_id == d for q, d in pairs)
+    assert top1 >= 15  # `tokens` finds 18 of these 20, `single` 19 (and nuggets 19)

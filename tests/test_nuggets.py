@@ -11,7 +11,10 @@ import torch
 
 from encoders import Document
 from encoders.adapters import layer_stack
-from encoders.nugget import NuggetDecoder, NuggetEncoder, NuggetModel, n_nuggets, nugget_spans, nugget_weights, select
+from encoders.nugget import (
+    NuggetDecoder, NuggetEncoder, NuggetModel, even_cuts, n_nuggets, nugget_spans, nugget_weights, select, word_starts,
+)
+from encoders.tokens import TokensEncoder
 from encoders.provenance import save_weights
 from encoders.training.docsplit import MeanSets, NuggetSets, docsplit_loss, set_similarity, split_halves, train_docsplit
 from encoders.training.nugget import reconstruction_loss
@@ -235,3 +238,61 @@ def test_cached_greedy_decoding_equals_decoding_from_scratch(tiny, model):
         for _ in range(6):  # the uncached reference: the whole prefix every step
             ids = torch.cat([ids, decoder(ids, out.vectors, out.valid, None)[:, -1].argmax(-1, keepdim=True)], dim=1)
     assert generated == ids[:, 1:].tolist()
+
+
+# -- frozen nuggets: contiguous runs of the backbone's own token states --------
+
+def test_word_starts_follow_whitespace_for_any_tokenizer():
+    # "[CLS] state-of-the-art models [SEP]" as a WordPiece tokenizer cuts it.
+    offsets = np.array([[0, 0], [0, 5], [5, 6], [6, 8], [8, 9], [9, 12], [12, 13], [13, 16], [17, 23], [0, 0]])
+    # Specials (empty spans) never become nuggets; the text tokens are what counts.
+    assert word_starts(offsets)[1:-1].tolist() == [True, False, False, False, False, False, False, True]
+
+
+def test_even_cuts_make_k_runs_of_near_equal_length_ending_at_words():
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        n, k = int(rng.integers(1, 80)), int(rng.integers(1, 30))
+        starts = rng.random(n) < rng.random()
+        cuts = even_cuts(starts, k)
+        assert cuts[0] == 0 and cuts[-1] == n and len(cuts) - 1 == min(k, n)
+        assert all(a < b for a, b in zip(cuts, cuts[1:]))
+        for j, c in enumerate(cuts[1:-1], 1):
+            even = round(j * n / min(k, n))
+            assert abs(c - even) <= 1 or not starts[max(0, even - 1): even + 2].any()
+            if starts[even - 1: even + 2].any() and n >= 3 * min(k, n):  # room for every snap
+                assert starts[c]  # a word start within reach is always taken
+    # 12 tokens, 3 runs, word starts at 0, 3, 5, 9: even cuts 4 and 8 move to 3 and 9.
+    starts = np.zeros(12, bool)
+    starts[[0, 3, 5, 9]] = True
+    assert even_cuts(starts, 3) == [0, 3, 9, 12]
+
+
+def test_frozen_nuggets_are_ceil_n_r_runs_of_the_tokens_tokens_keeps(tiny):
+    tokens = TokensEncoder(tiny)
+    text = TEXTS[2]
+    doc = Document("d", text, "Biology", ((0, 56), (57, len(text))))
+    (full,) = tokens.encode(tokens.passages(doc))
+    for r in (0.1, 0.25, 0.5):
+        nuggets = NuggetEncoder(tiny, ratio=r)
+        assert nuggets.cacheable and nuggets.config()["weights"] == "frozen"
+        (enc,) = nuggets.encode(nuggets.passages(doc))
+        assert len(enc.vectors) == math.ceil(len(full.vectors) * Fraction(str(r)))
+        np.testing.assert_allclose(np.linalg.norm(enc.vectors, axis=1), 1, atol=1e-5)
+        # Runs are contiguous, in order, and together hold every kept token once.
+        doc_span = lambda u: tuple(a + doc.sentences[u.sentence][0] for a in u.spans[0])  # noqa: E731
+        runs = [doc_span(u) for u in enc.units]
+        assert all(len(u.spans) == 1 for u in enc.units) and runs == sorted(runs)
+        owner = [[i for i, (a, b) in enumerate(runs) if a <= s and e <= b] for s, e in map(doc_span, full.units)]
+        assert all(len(o) == 1 for o in owner) and sorted({o[0] for o in owner}) == list(range(len(runs)))
+        # A nugget is the normalised mean of its run's normalised token vectors.
+        first = full.vectors[[i for i, o in enumerate(owner) if o == [0]]]
+        mean = first.mean(0)
+        np.testing.assert_allclose(enc.vectors[0], mean / np.linalg.norm(mean), atol=1e-5)
+    # Queries keep every token by default, exactly as `tokens` encodes them.
+    (q,) = NuggetEncoder(tiny).encode_queries([text])
+    np.testing.assert_allclose(q.vectors, tokens.encode_queries([text])[0].vectors, atol=1e-6)
+    (qn,) = NuggetEncoder(tiny, query="nuggets").encode_queries([text])
+    assert len(qn.vectors) == math.ceil(len(q.vectors) / 4)
+    with pytest.raises(ValueError, match="ratio"):
+        NuggetEncoder(tiny, ratio=1.5)
