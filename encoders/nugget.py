@@ -39,6 +39,10 @@ from .provenance import read_weights, verified_sha256
 from .units import Encoded, Kind, Passage
 
 QUERY_MODES = ("nuggets", "tokens")
+# Frozen nuggets: "runs" pools each run of kept tokens; "comma" is the
+# paper's chunking selector (the last comma or period of each of k equal
+# chunks, else its last token), a baseline for any learned choice.
+SELECTORS = ("runs", "comma")
 DEFAULT_RATIO = 0.25
 # How far (in tokens) an even cut may move to land on a word start.
 SNAP_REACH = 1
@@ -342,13 +346,19 @@ class NuggetEncoder(TokensEncoder):
     def __init__(
         self, backbone: Backbone, batch_size: int = 32, weights: str = "frozen", ratio: float | str | None = None,
         query: str | None = None, window: int | str | None = None, weights_sha256: str | None = None,
+        select: str = "runs",
     ) -> None:
         super().__init__(backbone, batch_size)
+        if select not in SELECTORS:
+            raise ValueError(f"nugget select must be one of {', '.join(SELECTORS)}, got {select!r}")
+        self.select = select
         self.query = query or "tokens"
         if self.query not in QUERY_MODES:
             raise ValueError(f"nugget query mode must be one of {', '.join(QUERY_MODES)}, got {query!r}")
         self.weights_name = weights
         self.nugget: NuggetModel | None = None
+        if select != "runs" and weights != "frozen":
+            raise ValueError("nugget select chooses among frozen states: use it with weights=frozen")
         if weights == "frozen":
             self.path, self.weights_sha256, trained_ratio, self.window = None, None, DEFAULT_RATIO, backbone.max_length
         else:
@@ -377,7 +387,7 @@ class NuggetEncoder(TokensEncoder):
 
     def options(self) -> dict[str, Any]:
         if self.nugget is None:
-            return {"weights": "frozen", "ratio": self.ratio, "query": self.query}
+            return {"weights": "frozen", "ratio": self.ratio, "query": self.query} | ({"select": self.select} if self.select != "runs" else {})
         return {
             "weights": self.weights_name, "ratio": self.ratio, "query": self.query, "window": self.window,
             "weights_sha256": self.weights_sha256,
@@ -396,6 +406,25 @@ class NuggetEncoder(TokensEncoder):
         cuts = even_cuts(word_starts(tokens.offsets)[idx], n_nuggets([len(idx)], self.ratio)[0])
         return [idx[a:b].tolist() for a, b in zip(cuts, cuts[1:])]
 
+    def _pool_comma(self, passage: Passage, tokens: TokenStates) -> Encoded:
+        """The paper's chunking selector over the passage's text tokens,
+        punctuation included: one state per chunk, standing for the chunk.
+        k counts the tokens `runs` counts, so both spend the same budget."""
+        idx = np.flatnonzero(~tokens.special & focus_mask(passage.doc, tokens.offsets + passage.start))
+        kept = len(self.kept(passage, tokens, query=False))
+        if len(idx) == 0 or kept == 0:
+            return Encoded(np.zeros((0, self.dim), np.float32), [])
+        k = min(n_nuggets([kept], self.ratio)[0], len(idx))
+        cuts = [round(j * len(idx) / k) for j in range(k + 1)]
+        chosen, spans = [], []
+        for a, b in zip(cuts, cuts[1:]):
+            chunk = idx[a:b]
+            marks = [i for i in chunk if passage.text[tokens.offsets[i, 0]:tokens.offsets[i, 1]] in (",", ".")]
+            chosen.append(marks[-1] if marks else chunk[-1])
+            spans.append((int(tokens.offsets[chunk[0], 0]) + passage.start, int(tokens.offsets[chunk[-1], 1]) + passage.start))
+        locate = SentenceLocator(passage.doc)
+        return Encoded(l2_normalize(tokens.states[chosen]), [locate.unit([span], Kind.TOKEN) for span in spans])
+
     def emit(self, passage: Passage, tokens: TokenStates, groups: list[list[int]]) -> Encoded:
         # Each token's direction weighs the same in its nugget, as it would
         # in MaxSim; the unit is the run's whole text, punctuation included.
@@ -408,6 +437,8 @@ class NuggetEncoder(TokensEncoder):
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
         if self.nugget is not None:
             return self._pool_trained(passage, tokens, query=query)
+        if self.select == "comma" and not (query and self.query == "tokens"):
+            return self._pool_comma(passage, tokens)
         if query and self.query == "nuggets":
             idx = self.kept(passage, tokens, query=True)
             return self.emit(passage, tokens, self.groups(idx, tokens)) if len(idx) else Encoded(np.zeros((0, self.dim), np.float32), [])

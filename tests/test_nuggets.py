@@ -296,3 +296,27 @@ def test_frozen_nuggets_are_ceil_n_r_runs_of_the_tokens_tokens_keeps(tiny):
     assert len(qn.vectors) == math.ceil(len(q.vectors) / 4)
     with pytest.raises(ValueError, match="ratio"):
         NuggetEncoder(tiny, ratio=1.5)
+
+
+def test_comma_selector_takes_the_last_comma_or_period_of_each_chunk(tiny):
+    text = "Paris is the capital of France, and it lies on the Seine. The cell makes ATP, which cells use."
+    doc = Document("d", text, "", ((0, 57), (58, len(text))))
+    runs = NuggetEncoder(tiny)
+    comma = NuggetEncoder(tiny, select="comma")
+    assert comma.config()["select"] == "comma" and "select" not in runs.config()
+    (a,) = runs.encode(runs.passages(doc))
+    (b,) = comma.encode(comma.passages(doc))
+    assert len(b.vectors) == len(a.vectors)  # the same budget: k counts the same tokens
+    texts = [doc.text[u.spans[0][0] + doc.sentences[u.sentence][0]: u.spans[0][1] + doc.sentences[u.sentence][0]] for u in b.units]
+    assert "".join(texts).replace(" ", "") == text.replace(" ", "")  # chunks tile the text
+    (states,) = TokensEncoder(tiny, drop_punct=False).encode([runs.passages(doc)[0]])
+    span = lambda u: tuple(x + doc.sentences[u.sentence][0] for x in u.spans[0])  # noqa: E731
+    tokens = [(span(u), v) for u, v in zip(states.units, states.vectors)]
+    for unit, vector in zip(b.units, b.vectors):
+        a, e = span(unit)
+        inside = [(s, v) for s, v in tokens if a <= s[0] and s[1] <= e]
+        marks = [v for s, v in inside if doc.text[s[0]:s[1]] in (",", ".")]
+        np.testing.assert_allclose(vector, (marks or [inside[-1][1]])[-1], atol=1e-5)
+    assert any(doc.text[span(u)[1] - 1] in ",." for u in b.units)
+    with pytest.raises(ValueError, match="select"):
+        NuggetEncoder(tiny, select="best")
