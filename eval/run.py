@@ -150,12 +150,14 @@ def run_bm25(task: Task, system: System, level: str, depth: int) -> Outcome:
     return Outcome(rankings, scores, latencies, {"index_s": round(build_s, 3)})
 
 
-def second_hop(task: Task, first: Outcome, depth: int, every: int = fusion.HOP_EVERY) -> Outcome:
+def second_hop(task: Task, first: Outcome, depth: int, every: int = fusion.HOP_EVERY,
+               index: _LexicalIndex | None = None) -> Outcome:
     """`first` with a second hop, as `Searcher.search(..., hops=2)` does it:
     BM25 (titles on) asked with the question and the best document's text,
     its documents interleaved every fusion.HOP_EVERY-th place. Scores become
-    1 / (RRF_K + rank), a rank like RRF's, so that a fusion can take them."""
-    index = _LexicalIndex(task, "doc", True)
+    1 / (RRF_K + rank), a rank like RRF's, so that a fusion can take them.
+    `index`: the task's document-level BM25 with titles, when one is built."""
+    index = index or _LexicalIndex(task, "doc", True)
     text = {d.id: task.index_text(d) for d in task.corpus}
     rankings, scores, latencies = {}, {}, []
     for i, q in enumerate(task.queries):
@@ -311,6 +313,7 @@ def evaluate(
         "data": task.info, "systems": {},
     }
     outcomes: dict[str, Outcome] = {}  # one run per component, shared by every fusion that names it
+    hop_index: _LexicalIndex | None = None  # the second hop's BM25, built once for every hops=2 system
 
     def run(spec: str) -> Outcome:
         nonlocal backbone
@@ -345,7 +348,8 @@ def evaluate(
         if hops == 2:
             if level != "doc" or task.prop_text:
                 raise ValueError(f"system spec {spec!r}: hops=2 ranks documents (level doc, not PropSegment)")
-            outcome = second_hop(task, outcome, depth)
+            hop_index = hop_index or _LexicalIndex(task, "doc", True)
+            outcome = second_hop(task, outcome, depth, index=hop_index)
         lat = np.array(outcome.latencies_ms)
         if task.prop_text and level == "unit":
             outcome.stats["top1"] = top1_breakdown(task, outcome)

@@ -265,12 +265,17 @@ class Searcher:
 
     def _lexical_hits(self, query: str, k: int, skip: set[str]) -> list[Hit]:
         terms = set(lexical.analyze(query))
-        out = []
-        for doc_id, score in self.bm25.search(query, k, exclude=skip):
-            key = self._key(doc_id)
-            if key is not None:  # an incomplete index may lack a document BM25 holds
-                out.append(_lexical_hit(len(out) + 1, self.shards[key >> 32].store.document(key & 0xFFFFFFFF), score, terms))
-        return out
+        ranked = self._lexical_ranking(query, k, skip)
+        return [self._bm25_hit(rank, doc_id, score, terms) for rank, (doc_id, score) in enumerate(ranked, start=1)]
+
+    def _lexical_ranking(self, query: str, k: int, skip: set[str]) -> list[tuple[str, float]]:
+        # An incomplete index may lack a document BM25 holds.
+        return [(d, s) for d, s in self.bm25.search(query, k, exclude=skip) if self._key(d) is not None]
+
+    def _bm25_hit(self, rank: int, doc_id: str, score: float, terms: set[str]) -> Hit:
+        key = self._key(doc_id)
+        assert key is not None
+        return _lexical_hit(rank, self.shards[key >> 32].store.document(key & 0xFFFFFFFF), score, terms)
 
     def _warn_unknown(self, queries: Sequence[str | Document]) -> None:
         """A query the vocabulary cannot spell (every word-piece [UNK], e.g.
@@ -288,13 +293,12 @@ class Searcher:
         assert key is not None  # a hit comes from a shard
         seed = self.shards[key >> 32].store.document(key & 0xFFFFFFFF)
         expanded = fusion.hop_query(query, seed.text)
-        second = {h.doc_id: h for h in self._lexical_hits(expanded, k + 1, skip | {seed.id})}
+        second = dict(self._lexical_ranking(expanded, k + 1, skip | {seed.id}))
         first = {h.doc_id: h for h in hits}
-        out = []
-        for rank, doc_id in enumerate(fusion.interleave(list(first), list(second))[:k], start=1):
-            hit = first.get(doc_id) or second[doc_id]
-            out.append(replace(hit, rank=rank, hop=1 if doc_id in first else 2))
-        return out
+        terms = set(lexical.analyze(expanded))
+        # Hits are built only for the second hop's documents that get a place.
+        return [replace(first[d], rank=rank, hop=1) if d in first else replace(self._bm25_hit(rank, d, second[d], terms), hop=2)
+                for rank, d in enumerate(fusion.interleave(list(first), list(second))[:k], start=1)]
 
     def _doc_id(self, c: "_Candidate") -> str:
         return self.shards[c.shard].store.document(c.ordinal).id
