@@ -33,7 +33,9 @@ class Document:
     `focus`, when given, restricts what is represented to these character
     spans; the rest of the text is context only (a proposition inside its
     sentence, say). Empty means the whole text. `source` says where a reader
-    found it ("path:line", "path#id"), for messages; it is not stored.
+    found it ("path:line", "path#id"), for messages; `repairs` what the
+    reader changed to make it indexable ("lone_surrogates"), for the
+    manifest's counts. Neither is stored with the document.
     """
 
     id: str
@@ -42,6 +44,7 @@ class Document:
     sentences: tuple[Span, ...] = ()
     focus: tuple[Span, ...] = ()
     source: str = field(default="", compare=False, repr=False)
+    repairs: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def sentence_text(self, i: int) -> str:
         start, end = self.sentences[i]

@@ -164,8 +164,10 @@ class IndexWriter:
     def _commit(self) -> None:
         shards = self.manifest["shards"]
         skipped: Counter[str] = Counter()
+        repaired: Counter[str] = Counter()
         for s in shards:
             skipped.update(s["skipped"])
+            repaired.update(s.get("repaired", {}))
         self.manifest["counts"] = {
             "inputs": sum(s["inputs"] for s in shards),
             "documents": sum(s["docs"] for s in shards),
@@ -174,6 +176,8 @@ class IndexWriter:
             "skipped": sum(skipped.values()),
         }
         self.manifest["skipped"] = dict(sorted(skipped.items()))
+        # Documents indexed after a reader changed them (lone surrogates -> U+FFFD).
+        self.manifest["repaired"] = dict(sorted(repaired.items()))
         self.manifest["timings"] = {
             "encode_s": round(sum(s.get("encode_s", 0.0) for s in shards), 3),
             "train_s": (self.manifest.get("index") or {}).get("train_s", 0.0),
@@ -294,6 +298,7 @@ class IndexWriter:
             "passages": len(flat),
             "skipped": dict(skipped),
             "skipped_examples": examples,
+            "repaired": dict(Counter(r for d in docs for r in d.repairs)),
             "lmdb_sha256": sha256_file(self.out / name / LMDB_DIR / "data.mdb"),
             "lmdb_bytes": (self.out / name / LMDB_DIR / "data.mdb").stat().st_size,
             "encode_s": round(time.time() - started, 3),

@@ -67,5 +67,6 @@ def run_index(args: argparse.Namespace) -> int:
         f"indexed {c['documents']} documents ({c['sentences']} sentences) as {c['vectors']} vectors "
         f"in {len(manifest['shards'])} shards [{manifest['index']['factory']}] at {args.out}; "
         f"skipped {c['skipped']} inputs {json.dumps(manifest['skipped']) if manifest['skipped'] else ''}".rstrip()
+        + (f"; repaired {json.dumps(manifest['repaired'])}" if manifest.get("repaired") else "")
     )
     return 0

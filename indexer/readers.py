@@ -337,7 +337,8 @@ def _document(
 ) -> Record:
     """A Document, or the Skip for an empty or oversized text or an id the
     index cannot key. Lone surrogates (JSON "\\ud800" escapes) in a text or
-    title become U+FFFD, with a warning naming the record."""
+    title become U+FFFD, with a warning naming the record, and the document
+    says so (`repairs`), for the manifest to count."""
     if not text.strip():
         return Skip("empty", source)
     if len(text) > max_chars:
@@ -346,11 +347,12 @@ def _document(
         return Skip("bad_id", source, "the id holds a lone surrogate (not Unicode text)")
     if len(doc_id.encode()) > MAX_ID_BYTES:
         return Skip("bad_id", source, f"the id is {len(doc_id.encode())} bytes long, more than {MAX_ID_BYTES}")
+    repairs: tuple[str, ...] = ()
     if not (_utf8(text) and _utf8(title)):
         log.warning("%s: lone surrogates in the text or title replaced by U+FFFD", source)
-        text, title = _repair(text), _repair(title)
+        text, title, repairs = _repair(text), _repair(title), ("lone_surrogates",)
     spans = split_sentences(text) if sentences is None else sentences
-    return Document(doc_id, text, title, tuple(spans), source=source)
+    return Document(doc_id, text, title, tuple(spans), source=source, repairs=repairs)
 
 
 def _utf8(text: str) -> bool:

@@ -95,6 +95,7 @@ def run_info(args: argparse.Namespace) -> int:
         "bm25": {k: v for k, v in (m.get("lexical") or {}).items() if k != "files"} or None,
         "counts": m.get("counts", {}),
         "skipped": m.get("skipped", {}),
+        "repaired": m.get("repaired", {}),
         "shards": len(shards),
         "bytes": sum(f.stat().st_size for f in Path(args.index).rglob("*") if f.is_file()),
         "versions": m.get("versions", {}),

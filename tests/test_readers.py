@@ -437,22 +437,25 @@ def test_long_and_surrogate_ids_are_counted_skips_and_surrogate_text_is_repaired
     docs = [r for r in records if not isinstance(r, Skip)]
     assert [d.id for d in docs] == ["ok", "é" * (MAX_ID_BYTES // 2)]
     assert docs[0].text == "Fine text \ufffd with a lone surrogate." and docs[0].title == "T\ufffd"
+    assert docs[0].repairs == ("lone_surrogates",) and docs[1].repairs == ()
     assert "c.jsonl:3: lone surrogates" in caplog.text
 
 
 @pytest.mark.slow
-def test_a_long_id_no_longer_loses_its_shard(tmp_path: Path, tiny) -> None:
+def test_a_long_id_no_longer_loses_its_shard_and_repaired_text_is_counted(tmp_path: Path, tiny) -> None:
     from encoders import load_encoder
     from indexer.build import IndexWriter
     from retriever import Searcher
 
     (tmp_path / "c.jsonl").write_text("".join(json.dumps({"id": i, "text": f"Document number {n} is here."}) + "\n"
-                                              for n, i in enumerate(["a", "x" * 600, "b"])))
+                                              for n, i in enumerate(["a", "x" * 600, "b"]))
+                                      + '{"id": "c", "text": "Document \\udc80 with a lone surrogate."}\n')
     enc = load_encoder("tokens", backbone=tiny)
     manifest = IndexWriter(tmp_path / "ix", enc, shard_docs=10).build(read_corpus([tmp_path / "c.jsonl"]))
-    assert manifest["counts"]["documents"] == 2 and manifest["skipped"] == {"bad_id": 1}
+    assert manifest["counts"]["documents"] == 3 and manifest["skipped"] == {"bad_id": 1}
+    assert manifest["repaired"] == {"lone_surrogates": 1}  # indexed, and counted as changed
     with Searcher.load(tmp_path / "ix", encoder=enc) as s:
-        assert {h.doc_id for h in s.search("Document number", k=5)} == {"a", "b"}
+        assert {h.doc_id for h in s.search("Document number", k=5)} == {"a", "b", "c"}
 
 
 def test_one_malformed_page_in_a_real_dump_costs_that_page_only(tmp_path: Path, dump_records: list[Record]) -> None:
