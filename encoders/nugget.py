@@ -1,22 +1,30 @@
-"""`nugget`: a learned choice of k = ceil(n * r) token states per passage.
+"""`nugget`: k = ceil(n * r) vectors per passage, each standing for the text
+since the previous nugget through its own token (Qin & Van Durme, 2023: each
+nugget mostly encodes the segment that ends at it).
 
-Nugget (Qin & Van Durme, 2023). A scorer FFN reads the hidden states after
-layer l and keeps the k best-scoring tokens of each passage (n counts every
-real token, specials included; padding never). Two type embeddings (nugget /
-other) are added to the states at layer l, so the upper layers know which
-tokens were chosen (nugget feedback). The chosen tokens' last-layer states,
-in position order, through W^V are the passage's vectors.
+Two ways to choose them:
 
-TopK passes no gradient, so in training the scores s are added to every
-cross-attention logit of a small decoder that reconstructs the text from the
-nuggets (`NuggetDecoder`); the scorer learns from how much the decoder
-attends to what it chose. Layers below l stay frozen (l = 0 collapses in the
-paper); the ones above are adapted with LoRA.
+- Frozen (the default, `weights="frozen"`): the backbone's own last-layer
+  states, untouched. The n tokens `tokens` would keep are cut into k
+  contiguous runs of near-equal length, cuts moved onto word starts
+  (`even_cuts`), and a nugget is the mean of its run. Nothing trained can
+  move the geometry MaxSim relies on; at a quarter of `tokens`' vectors this
+  keeps its quality (eval/RESULTS.md, issue 15).
+- Trained (`weights="lora"`, "ae" or a directory): the paper's model. A
+  scorer FFN reads the hidden states after layer l and keeps the k
+  best-scoring tokens (n counts every real token, specials included;
+  padding never). Two type embeddings (nugget / other) are added to the
+  states at layer l, so the upper layers know which tokens were chosen
+  (nugget feedback). The chosen tokens' last-layer states, in position
+  order, through W^V are the vectors. TopK passes no gradient, so in
+  training the scores s are added to every cross-attention logit of a small
+  decoder that reconstructs the text from the nuggets (`NuggetDecoder`); the
+  scorer learns from how much the decoder attends to what it chose. Layers
+  below l stay frozen (l = 0 collapses in the paper); the ones above are
+  adapted with LoRA.
 
-A nugget's unit is the text since the previous nugget through its own token:
-in the paper each nugget mostly encodes the segment that ends at it.
-Queries are nuggets too by default; `query="tokens"` keeps every token of
-the query instead (same encoder run, all positions projected by W^V).
+Queries keep every token by default (`query="tokens"`); `query="nuggets"`
+compresses them as documents are.
 """
 from __future__ import annotations
 
@@ -34,8 +42,8 @@ from . import weights_path
 from .adapters import adapt, adapter_stages, layer_stack, merged_stages
 from .backbone import Backbone
 from .base import SentenceLocator, TokenStates, focus_mask, l2_normalize
-from .tokens import TokensEncoder
 from .provenance import read_weights, verified_sha256
+from .tokens import TokensEncoder
 from .units import Encoded, Kind, Passage
 
 QUERY_MODES = ("nuggets", "tokens")
