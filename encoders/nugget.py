@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -44,7 +45,7 @@ from .backbone import Backbone
 from .base import SentenceLocator, TokenStates, focus_mask, l2_normalize
 from .provenance import read_weights, verified_sha256
 from .tokens import TokensEncoder
-from .units import Encoded, Kind, Passage
+from .units import Encoded, Kind, Passage, Unit
 
 QUERY_MODES = ("nuggets", "tokens")
 # Frozen nuggets: "runs" pools each run of kept tokens; "comma" is the
@@ -326,11 +327,11 @@ def even_cuts(starts: np.ndarray, k: int, reach: int = SNAP_REACH) -> list[int]:
     so a nugget ends where a word does whenever one is close."""
     n = len(starts)
     k = min(k, n)
+    moves = sorted(range(-reach, reach + 1), key=lambda d: (abs(d), d))  # nearest first, earlier on a tie
     cuts = [0]
     for j in range(1, k):
         even, last = round(j * n / k), n - (k - j)  # leave a token for each run still to come
-        near = (even + d for d in sorted(range(-reach, reach + 1), key=lambda d: (abs(d), d)))
-        cuts.append(next((p for p in near if cuts[-1] < p <= last and starts[p]), min(max(even, cuts[-1] + 1), last)))
+        cuts.append(next((p for d in moves if cuts[-1] < (p := even + d) <= last and starts[p]), min(max(even, cuts[-1] + 1), last)))
     return cuts + [n]
 
 
@@ -424,23 +425,19 @@ class NuggetEncoder(TokensEncoder):
             return Encoded(np.zeros((0, self.dim), np.float32), [])
         k = min(n_nuggets([kept], self.ratio)[0], len(idx))
         cuts = [round(j * len(idx) / k) for j in range(k + 1)]
-        chosen, spans = [], []
-        for a, b in zip(cuts, cuts[1:]):
-            chunk = idx[a:b]
+        chunks = [idx[a:b] for a, b in zip(cuts, cuts[1:])]
+        chosen = []
+        for chunk in chunks:
             marks = [i for i in chunk if passage.text[tokens.offsets[i, 0]:tokens.offsets[i, 1]] in (",", ".")]
             chosen.append(marks[-1] if marks else chunk[-1])
-            spans.append((int(tokens.offsets[chunk[0], 0]) + passage.start, int(tokens.offsets[chunk[-1], 1]) + passage.start))
-        locate = SentenceLocator(passage.doc)
-        return Encoded(l2_normalize(tokens.states[chosen]), [locate.unit([span], Kind.TOKEN) for span in spans])
+        return Encoded(l2_normalize(tokens.states[chosen]), _run_units(passage, tokens, chunks))
 
     def emit(self, passage: Passage, tokens: TokenStates, groups: list[list[int]]) -> Encoded:
         # Each token's direction weighs the same in its nugget, as it would
         # in MaxSim; the unit is the run's whole text, punctuation included.
         states = torch.nn.functional.normalize(tokens.states.float(), dim=-1)
         vectors = l2_normalize(torch.stack([states[g].mean(0) for g in groups]))
-        locate = SentenceLocator(passage.doc)
-        spans = [(int(tokens.offsets[g[0], 0]) + passage.start, int(tokens.offsets[g[-1], 1]) + passage.start) for g in groups]
-        return Encoded(vectors, [locate.unit([span], Kind.TOKEN) for span in spans])
+        return Encoded(vectors, _run_units(passage, tokens, groups))
 
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
         if self.nugget is not None:
@@ -471,6 +468,14 @@ class NuggetEncoder(TokensEncoder):
         locate = SentenceLocator(doc)
         units = [locate.unit([(int(a), int(b))], Kind.TOKEN) for (a, b), k in zip(char, keep) if k]
         return Encoded(l2_normalize(tokens.states[idx[keep]]), units)
+
+
+def _run_units(passage: Passage, tokens: TokenStates, runs: Sequence[Sequence[int]]) -> list[Unit]:
+    """One unit per run of token positions: the text from its first token's
+    start to its last token's end, whatever lies between."""
+    locate = SentenceLocator(passage.doc)
+    return [locate.unit([(int(tokens.offsets[r[0], 0]) + passage.start, int(tokens.offsets[r[-1], 1]) + passage.start)], Kind.TOKEN)
+            for r in runs]
 
 
 def nugget_spans(offsets: np.ndarray, special: np.ndarray, chosen: np.ndarray, length: int) -> list[tuple[int, int]]:
