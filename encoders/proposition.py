@@ -1,21 +1,41 @@
 """`proposition`: one small vector per proposition (the sub-sentence encoder).
 
-Each sentence is encoded once, alone, with full attention. The trained
-segmenter (on the frozen backbone, in batches before encoding) finds its
-propositions, and each proposition's vector is the mean of the token
-states under its mask, through an MLP (Linear, ReLU, Linear) to 64 dims,
-L2-normalised. A document that names its propositions itself (`focus`, as
-PropSegment's corpus does) is encoded under that mask and not re-segmented.
+The backbone stays frozen, so the geometry it was trained for is intact,
+and each sentence goes through it once, after its document's title. That
+one pass serves both halves of the encoder:
 
-Queries are one proposition by default: the whole query text under one mask.
-A question is one information need; split into parts, each part would match
-passages that answer only half of it (`query_segments=True` gives MaxSim over
-the segmented parts, for long multi-fact queries).
+- the trained segmenter reads its layers' word states and finds the
+  sentence's propositions;
+- each proposition's vector is the student head over its in-context
+  features (the mean of its tokens' states, beside the sentence's), in the
+  *teacher's* space.
+
+The teacher is the backbone encoding the proposition's own text alone
+(after the title), mixed with its sentence's mean, through the head's
+`query` map (centred principal components to start with); the student is
+distilled from it on Wikipedia sentences (`propdex train proposition`). A
+text query is the teacher's side: the backbone's mean vector through the
+same map, so queries and propositions share one space and a query needs no
+segmenting; a query given as a document with a focus (PropSegment's
+propositions in context) is its proposition's own text, encoded alone.
+
+The head is trained for its leading 64 dimensions too (Matryoshka), so
+`dims=64` gives the paper's 64-d propositions from the same weights.
+`standalone=True` is the Dense X Retrieval baseline as a system: the same
+propositions, each encoded alone (a second backbone pass per proposition),
+i.e. the teacher at indexing time; it shows what in-context encoding buys
+in quality and time.
+
+A document that names its propositions itself (`focus`) is encoded under
+that mask and not re-segmented. The head shipped before this one
+(`weights/proposition-lora`: an MLP over LoRA-adapted layers, queries
+through the MLP too, the segmenter in a pass of its own) still loads, and
+indexes built with it keep working.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,38 +45,76 @@ from torch import nn
 from . import weights_path
 from .adapters import adapter_stages, merged_stages
 from .backbone import Backbone
-from .base import Encoder, SentenceLocator, TokenStates, _n_specials, cut_passages, span_pool
+from .base import Encoder, SentenceLocator, TokenStates, _n_specials, cut_passages, hidden_states, span_pool, tokenize
 from .provenance import read_weights, verified_sha256
-from .segment import PairSegmenter, Segmenter, word_spans, words
+from .segment import PairSegmenter, Proposition, Segmenter, word_spans, words, spans_text
 from .text import is_wordlike
 from .units import Document, Encoded, Kind, Passage, Span
 
+# The head shipped before the frozen, distilled one; indexes built with it keep loading.
+LEGACY_HEAD = "proposition-lora"
+
 
 class PropositionHead(nn.Module):
-    """Mask-pooled token states -> MLP -> L2-normalised `out_dim` vector.
+    """Student: in-context features -> MLP -> L2-normalised `out_dim` vector,
+    plus (`query_dim`) the linear map that puts the backbone's mean vector
+    of a text - a query, or the teacher's proposition - in the same space.
 
-    The token states are several backbone layers side by side (config
-    `layers`): the last layer alone has mixed the whole sentence into every
-    token, the embedding layer has not mixed it at all, and the head learns
-    how much of each a proposition needs."""
+    With a query map the student's output is a residual on the projected
+    in-context mean of the proposition's last-layer states: untrained, the
+    head is mask pooling seen through the teacher's projection."""
 
-    def __init__(self, dim: int, hidden: int, out_dim: int) -> None:
+    def __init__(self, dim: int, hidden: int, out_dim: int, query_dim: int | None = None, sentence_weight: float = 0.0) -> None:
         super().__init__()
         self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
+        self.query = nn.Linear(query_dim, out_dim) if query_dim else None
+        self.query_dim = query_dim
+        self.sentence_weight = sentence_weight
 
-    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
-        return nn.functional.normalize(self.mlp(pooled), dim=-1)
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        out = self.mlp(features)
+        if self.query is not None:
+            # The base the MLP corrects: the proposition's last-layer mean (the
+            # first `query_dim` features) plus its sentence's (the last ones),
+            # mixed as in the teacher, through the query map.
+            d = self.query_dim
+            base = nn.functional.normalize(features[:, :d], dim=-1)
+            if self.sentence_weight:
+                base = base + self.sentence_weight * nn.functional.normalize(features[:, -d:], dim=-1)
+            out = out + self.query(nn.functional.normalize(base, dim=-1))
+        return nn.functional.normalize(out, dim=-1)
+
+    def embed(self, vectors: torch.Tensor) -> torch.Tensor:
+        """Backbone mean vectors (queries, or texts alone) -> the shared space."""
+        assert self.query is not None, "a legacy head has no query map"
+        return nn.functional.normalize(self.query(nn.functional.normalize(vectors, dim=-1)), dim=-1)
 
 
 def load_weights(path: str | Path, model: nn.Module) -> tuple[PropositionHead, nn.Module, dict[str, Any]]:
     """The head, the backbone model to use (adapted and merged when the
     weights carry LoRA adapters, else `model` itself), and the config."""
     state, config = read_weights(path, "proposition head", "train one with `propdex train proposition`")
-    head = PropositionHead(config["dim"], config["hidden"], config["out_dim"])
+    head = PropositionHead(config["dim"], config["hidden"], config["out_dim"], config.get("query_dim"), config.get("sentence_weight", 0.0))
     head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
     if stages := adapter_stages(config):
         model = merged_stages(model, stages, state, path)
     return head.eval(), model.eval(), config
+
+
+def proposition_features(states: torch.Tensor, offsets: np.ndarray, special: np.ndarray, groups: Sequence[Sequence[Span]], dim: int) -> torch.Tensor:
+    """The student's input for each proposition of one sentence, side by side:
+    the last layer's mean under the proposition (the residual's base), every
+    head layer's mean under it, and every head layer's mean over the
+    sentence's text (what the proposition is said in). `states` holds the
+    head's layers side by side, `dim` wide each, the last layer last."""
+    real = ~special
+    pooled = span_pool(states, offsets, real, groups)
+    sentence = states[torch.from_numpy(real)].mean(0) if real.any() else states.mean(0)
+    return torch.cat([pooled[:, -dim:], pooled, sentence.expand(len(groups), -1)], dim=1)
+
+
+def feature_dim(dim: int, layers: int) -> int:
+    return dim * (1 + 2 * layers)
 
 
 class PropositionEncoder(Encoder):
@@ -65,56 +123,128 @@ class PropositionEncoder(Encoder):
 
     def __init__(
         self, backbone: Backbone, batch_size: int = 64, head: str = "default", segmenter: str = "default",
-        query_segments: bool = False, head_sha256: str | None = None,
+        query_segments: bool = False, standalone: bool = False, dims: int | None = None, head_sha256: str | None = None,
     ) -> None:
         super().__init__(backbone, batch_size)
+        from . import flag
+
+        if head == "default" and head_sha256 is not None and head_sha256 == _sha256_or_none(weights_path(LEGACY_HEAD)):
+            head = LEGACY_HEAD  # an index built while the LoRA head was the default
         self.head_path = weights_path("proposition" if head == "default" else head)
         self.segmenter_path = weights_path("segmenter" if segmenter == "default" else segmenter)
         self.head_name, self.segmenter_name = head, segmenter
-        self.head, self.model, self.head_config = load_weights(self.head_path, backbone.model)
+        self.head, model, self.head_config = load_weights(self.head_path, backbone.model)
         self.head.to(backbone.device)
-        self.model.to(backbone.device)
-        self.adapted = self.model is not backbone.model
         if self.head_config["backbone"] != backbone.name and head == "default":
             raise ValueError(f"the packaged proposition head was trained on {self.head_config['backbone']}, not {backbone.name}")
         self.head_sha256 = verified_sha256(self.head_path, head_sha256)
-        self.layers = tuple(self.head_config.get("layers", (-1,)))
-        self.query_segments = query_segments
-        self._segmenter: Segmenter | None = None
+        self.query_segments = flag(query_segments)
+        self.standalone = flag(standalone)
+        self.distilled = self.head.query is not None
+        # A distilled head is trained for its leading dimensions too (Matryoshka):
+        # `dims` keeps the first `dims` and re-normalises, for smaller indexes.
+        self.out_dim = int(self.head_config["out_dim"])
+        self._dim = self.out_dim if dims in (None, "", "None") else int(dims)
+        if not 1 <= self._dim <= self.out_dim or (self._dim != self.out_dim and not self.distilled):
+            raise ValueError(f"dims must be between 1 and {self.out_dim} (the head's width) and needs a distilled head, got {dims!r}")
+        if self.standalone and not self.distilled:
+            raise ValueError("standalone=1 needs a distilled head (one with a query map)")
+        n = backbone.model.config.num_hidden_layers
+        last = lambda layers: tuple(n if i == -1 else int(i) for i in layers)  # noqa: E731
+        self.head_layers = last(self.head_config.get("layers", (-1,)))
+        self.segmenter_layers = last(read_weights(self.segmenter_path, "segmenter")[1].get("backbone_layers") or (-1,))
+        self._segmenter: PairSegmenter | None = None
         self._segments: dict[str, list] = {}
+        if self.distilled:
+            # One frozen pass serves both: the head's layers and the segmenter's, side by side.
+            self.layers = tuple(sorted(set(self.head_layers) | set(self.segmenter_layers)))
+        else:
+            # The LoRA head reads its adapted copy; the segmenter, the frozen backbone in a pass of its own.
+            self.layers, self.model = self.head_layers, model.to(backbone.device)
 
     @property
     def dim(self) -> int:
-        return int(self.head_config["out_dim"])
+        return self._dim
 
     def options(self) -> dict[str, Any]:
-        return {
+        options = {
             "head": self.head_name, "segmenter": self.segmenter_name,
             "query_segments": self.query_segments, "head_sha256": self.head_sha256,
         }
+        if self.standalone:
+            options["standalone"] = True
+        if self._dim != self.out_dim:
+            options["dims"] = self._dim
+        return options
+
+    def _cut(self, vectors: torch.Tensor) -> np.ndarray:
+        """The leading `dims` dimensions, re-normalised."""
+        if self._dim != self.out_dim:
+            vectors = nn.functional.normalize(vectors[:, : self._dim].float(), dim=-1)
+        return vectors.float().cpu().numpy()
 
     @property
     def segmenter(self) -> PairSegmenter:
         if self._segmenter is None:
             self._segmenter = PairSegmenter.load(self.segmenter_path, backbone=self.backbone)
-        return self._segmenter  # type: ignore[return-value]
+        return self._segmenter
 
+    def _columns(self, layers: Sequence[int]) -> torch.Tensor:
+        """Where `layers` sit in the side-by-side states of this encoder's pass."""
+        d = self.backbone.dim
+        return torch.cat([torch.arange(self.layers.index(layer) * d, (self.layers.index(layer) + 1) * d) for layer in layers])
+
+    # -- the front door -------------------------------------------------------
     def encode(self, passages: Sequence[Passage], *, query: bool = False, progress: bool = False) -> list[Encoded]:
-        # Segment the passages that need it up front, in batches: the
-        # segmenter reads the frozen backbone, the encoder its adapted copy.
-        need = [p.text for p in passages if not p.doc.focus and (self.query_segments or not query)]
-        self._segments = dict(zip(need, self.segmenter.segment(need, progress=progress))) if need else {}
+        if not self.distilled:
+            need = [p.text for p in passages if not p.doc.focus and (self.query_segments or not query)]
+            self._segments = dict(zip(need, self.segmenter.segment(need, progress=progress))) if need else {}
         try:
-            return super().encode(passages, query=query, progress=progress)
+            out = super().encode(passages, query=query, progress=progress)
         finally:
             self._segments = {}
+        # Queries are the teacher's side: a text query already is; a proposition
+        # given in context (a focus) is its own text, encoded alone.
+        if self.distilled and (self.standalone and not query or query and any(p.doc.focus for p in passages)):
+            out = self._alone(passages, out, progress)
+        return out
 
     def passages(self, doc: Document) -> list[Passage]:
-        """One sentence per passage: a sentence is encoded alone, as it was in training."""
+        """One sentence per passage: the unit the segmenter reads."""
         return cut_passages(doc, self.backbone, window=self.max_length - _n_specials(self.backbone) - self.title_tokens(doc), pack=False)
 
-    def propositions(self, passage: Passage, tokens: TokenStates, *, query: bool) -> list[tuple[Span, ...]]:
-        """Char spans (passage-relative) of each proposition to encode."""
+    def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
+        locate = SentenceLocator(passage.doc)
+        whole = query and not passage.doc.focus and not self.query_segments
+        if whole and self.distilled:
+            # A text query is one need: the backbone's mean vector, projected.
+            last = tokens.states[:, self._columns((self.head_layers[-1],))].mean(0, keepdim=True)
+            with torch.inference_mode():
+                vector = self._cut(self.head.embed(last.to(self.backbone.device)))
+            return Encoded(vector, [locate.unit([(passage.start, passage.end)], Kind.PROPOSITION)])
+        groups, features = self.features(passage, tokens, whole=whole)
+        if not groups:
+            return Encoded(np.zeros((0, self.dim), np.float32), [])
+        with torch.inference_mode():
+            vectors = self._cut(self.head(features.to(self.backbone.device)))
+        units = [locate.unit([(a + passage.start, b + passage.start) for a, b in g], Kind.PROPOSITION) for g in groups]
+        return Encoded(vectors, units)
+
+    def features(self, passage: Passage, tokens: TokenStates, whole: bool = False) -> tuple[list[tuple[Span, ...]], torch.Tensor]:
+        """A passage's propositions (passage-relative char spans) and the
+        head's input for each: what `pool` encodes and what training caches."""
+        groups = [g for g in self.propositions(passage, tokens, whole=whole) if g]
+        if not groups:
+            return [], torch.zeros(0, self.head.mlp[0].in_features)
+        if not self.distilled:
+            return groups, span_pool(tokens.states, tokens.offsets, ~tokens.special, groups)
+        states = tokens.states[:, self._columns(self.head_layers)]
+        return groups, proposition_features(states, tokens.offsets, tokens.special, groups, self.backbone.dim)
+
+    def propositions(self, passage: Passage, tokens: TokenStates, whole: bool = False) -> list[tuple[Span, ...]]:
+        """Char spans (passage-relative) of each proposition: the document's
+        focus, the whole text (`whole`), or what the segmenter reads in this
+        very pass's states."""
         doc = passage.doc
         if doc.focus:
             return [tuple((max(a, passage.start) - passage.start, min(b, passage.end) - passage.start)
@@ -123,26 +253,69 @@ class PropositionEncoder(Encoder):
         offsets = words(text)
         if len(offsets) == 0:
             return []
-        if query and not self.query_segments:
+        if whole:
             return [((int(offsets[0, 0]), int(offsets[-1, 1])),)]
         props = self._segments.get(text)
         if props is None:
-            props = self.segmenter.segment([text])[0]
-        props = list(props)
-        # Words no proposition covers are not lost: they form one more.
-        covered = {i for p in props for i in p}
-        rest = [i for i in range(len(offsets)) if i not in covered and is_wordlike(text[offsets[i, 0] : offsets[i, 1]])]
-        if rest:
-            props.append(tuple(rest))
-        return [word_spans(text, offsets, p) for p in props]
+            if self.distilled:
+                states = tokens.states[:, self._columns(self.segmenter_layers)]
+                wstates = span_pool(states, tokens.offsets, ~tokens.special, [[(int(a), int(b))] for a, b in offsets])
+                with torch.inference_mode():
+                    props = self.segmenter.decode(wstates.to(self.backbone.device), text, offsets)
+            else:
+                props = self.segmenter.segment([text])[0]
+        return [word_spans(text, offsets, p) for p in covering(text, offsets, props)]
 
-    def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
-        groups = [g for g in self.propositions(passage, tokens, query=query) if g]
-        if not groups:
-            return Encoded(np.zeros((0, self.dim), np.float32), [])
-        pooled = span_pool(tokens.states, tokens.offsets, ~tokens.special, groups)
-        with torch.inference_mode():
-            vectors = self.head(pooled.to(self.backbone.device)).float().cpu().numpy()
-        locate = SentenceLocator(passage.doc)
-        units = [locate.unit([(a + passage.start, b + passage.start) for a, b in g], Kind.PROPOSITION) for g in groups]
-        return Encoded(vectors, units)
+    # -- the standalone baseline ---------------------------------------------
+    @torch.inference_mode()
+    def _alone(self, passages: Sequence[Passage], encoded: list[Encoded], progress: bool) -> list[Encoded]:
+        """Every proposition re-encoded from its own text, after its title."""
+        items = [(i, j) for i, e in enumerate(encoded) for j in range(len(e.units))]
+        texts = [unit_text(passages[i].doc, encoded[i].units[j]) for i, j in items]
+        titles = [self.title_of(passages[i].doc) for i, _ in items]
+        vectors = mean_vectors(self.backbone, texts, titles, self.batch_size, progress)
+        projected = self._cut(self.head.embed(vectors.to(self.backbone.device)))
+        out = [Encoded(e.vectors.copy(), e.units) for e in encoded]
+        for (i, j), v in zip(items, projected):
+            out[i].vectors[j] = v
+        return out
+
+
+def covering(text: str, offsets: np.ndarray, props: Sequence[Proposition]) -> list[Proposition]:
+    """The segmenter's propositions, plus one made of the words none covers:
+    no word of the sentence is lost to the index."""
+    props = list(props)
+    covered = {i for p in props for i in p}
+    rest = tuple(i for i in range(len(offsets)) if i not in covered and is_wordlike(text[offsets[i, 0] : offsets[i, 1]]))
+    return props + [rest] if rest else props
+
+
+def unit_text(doc: Document, unit) -> str:
+    """A unit's own text: its spans in its sentence, joined by a space."""
+    base = doc.sentences[unit.sentence][0] if doc.sentences else 0
+    return spans_text(doc.text[base:], unit.spans)
+
+
+@torch.inference_mode()
+def mean_vectors(backbone: Backbone, texts: Sequence[str], titles: Sequence[str], batch_size: int = 64, progress: bool = False) -> torch.Tensor:
+    """(n, dim) the backbone's mean-pooled last layer over `title [SEP] text`
+    (just `text` where the title is ""): `single`'s vector of a short text,
+    the teacher of the student head."""
+    from tqdm.auto import tqdm
+
+    out = torch.zeros(len(texts), backbone.dim)
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]) + len(titles[i]))
+    for s in tqdm(range(0, len(order), batch_size), desc="encode alone", unit="batch", disable=not progress, leave=False):
+        idx = order[s : s + batch_size]
+        enc, *_ = tokenize(backbone.tokenizer, [texts[i] for i in idx], [titles[i] for i in idx], backbone.max_length)
+        hidden = hidden_states(backbone, enc).float().cpu()
+        mask = enc["attention_mask"].unsqueeze(-1).float()
+        out[idx] = (hidden * mask).sum(1) / mask.sum(1)
+    return out
+
+
+def _sha256_or_none(path: Path) -> str | None:
+    try:
+        return verified_sha256(path)
+    except OSError:
+        return None

@@ -30,6 +30,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-punct", action="store_true", help="tokens encoder: keep punctuation tokens")
     p.add_argument("--query-segments", action="store_true",
                    help="proposition encoder: segment queries into propositions (MaxSim) instead of one whole-query vector")
+    p.add_argument("--proposition-dims", type=int,
+                   help="proposition encoder: keep the head's leading dimensions (64: the paper's size; default: all 256)")
+    p.add_argument("--proposition-standalone", action="store_true",
+                   help="proposition encoder: encode every proposition's text alone (Dense X's way; a second pass, the in-context head's teacher)")
     p.add_argument("--nugget-ratio", type=float, help="nugget encoder: compression ratio r, k = ceil(n r) vectors per passage (default 0.25)")
     p.add_argument("--nugget-query", choices=("nuggets", "tokens"), default="tokens",
                    help="nugget encoder: encode queries as all their tokens (default) or as nuggets")
@@ -50,7 +54,7 @@ def run_index(args: argparse.Namespace) -> int:
     if args.encoder == "tokens":
         options["drop_punct"] = not args.keep_punct
     if args.encoder == "proposition":
-        options["query_segments"] = args.query_segments
+        options |= {"query_segments": args.query_segments, "dims": args.proposition_dims, "standalone": args.proposition_standalone}
     if args.encoder == "nugget":
         options |= {"ratio": args.nugget_ratio, "query": args.nugget_query, "weights": args.nugget_weights}
     if args.encoder == "crossthought":

@@ -64,3 +64,23 @@ def test_free_text_is_segmented_and_searched_by_best_proposition(encoder, tmp_pa
         units = searcher.search(sentence, k=5, level="unit")
         assert len({(h.doc_id, h.sentence_index, tuple(h.spans)) for h in units}) == 5
         assert json.dumps(top.to_json())
+
+
+def test_the_lora_head_shipped_before_still_loads_and_old_indexes_find_it(minilm):
+    """An index built while `proposition-lora` was the default names head
+    "default" with that head's sha256: it reloads the LoRA head, not the
+    distilled one (different width, different space)."""
+    from encoders import Document, encoder_from_config
+    from encoders.proposition import LEGACY_HEAD
+    from encoders.provenance import verified_sha256
+    from encoders import weights_path
+
+    legacy = load_encoder("proposition", backbone=minilm, head=LEGACY_HEAD)
+    assert not legacy.distilled and legacy.dim == 64 and legacy.model is not None
+    config = {**legacy.config(), "head": "default", "head_sha256": verified_sha256(weights_path(LEGACY_HEAD))}
+    reloaded = encoder_from_config(config, backbone=minilm)
+    assert reloaded.head_name == LEGACY_HEAD and reloaded.dim == 64
+    text = "Kenosha is a city in Wisconsin, on the shore of Lake Michigan."
+    (enc,) = reloaded.encode(reloaded.passages(Document("k", text, sentences=((0, len(text)),))))
+    (q,) = reloaded.encode_queries(["Where is Kenosha?"])
+    assert enc.vectors.shape[1] == q.vectors.shape[1] == 64 and len(enc.units) >= 1

@@ -127,13 +127,16 @@ def test_supcon_prefers_positives_together_and_same_sentence_negatives_apart():
 
 @pytest.fixture(scope="module")
 def tiny_encoder(tiny, tiny_dir, tmp_path_factory):
-    from encoders.proposition import PropositionEncoder, PropositionHead
+    """The distilled encoder's shape on the tiny backbone: a random student
+    (its last layer not zeroed, so the MLP counts) and a query map."""
+    from encoders.proposition import PropositionEncoder, PropositionHead, feature_dim
     from encoders.provenance import save_weights
 
     torch.manual_seed(0)
     root = tmp_path_factory.mktemp("proposition")
-    head = PropositionHead(2 * tiny.dim, 48, 16)
-    config = {"backbone": str(tiny_dir), "dim": 2 * tiny.dim, "layers": [0, 2], "hidden": 48, "out_dim": 16}
+    dim = feature_dim(tiny.dim, 2)
+    head = PropositionHead(dim, 48, 16, query_dim=tiny.dim)
+    config = {"backbone": str(tiny_dir), "dim": dim, "layers": [1, 2], "hidden": 48, "out_dim": 16, "query_dim": tiny.dim}
     save_weights({f"head.{k}": v for k, v in head.state_dict().items()}, root / "head", config)
     PairSegmenter(tiny, PairSegmenter.default_config(tiny.model.config.num_hidden_layers)).save(root / "segmenter", {"backbone": str(tiny_dir)})
     return PropositionEncoder(tiny, head=str(root / "head"), segmenter=str(root / "segmenter"))
@@ -172,3 +175,134 @@ def test_encoder_shape_normalisation_determinism(tiny_encoder):
     focused = Document("p", text, sentences=((0, 51), (52, len(text))), focus=((0, 12), (35, 50)))
     (enc,) = tiny_encoder.encode(tiny_encoder.passages(focused))
     assert len(enc.units) == 1 and enc.units[0].spans == ((0, 12), (35, 50))
+
+
+def test_one_pass_gives_the_propositions_and_vectors_of_two_separate_passes(tiny_encoder):
+    """The shared frozen pass: the segmenter's propositions equal those of
+    its own pass (`PairSegmenter.segment`), and the vectors equal the head
+    over features pooled from a second, separate pass of the head's layers."""
+    from encoders import Document
+    from encoders.base import hidden_states, tokenize
+    from encoders.proposition import covering, proposition_features
+    from encoders.text import split_sentences
+
+    enc = tiny_encoder
+    assert set(enc.layers) == set(enc.head_layers) | set(enc.segmenter_layers)
+    text = "Mark Ruffalo is an American actor, born in Kenosha. He directed a film in 2010, which won a prize in Cannes."
+    doc = Document("d", text, sentences=tuple(split_sentences(text)))
+    passages = enc.passages(doc)
+    shared = enc.encode(passages)
+    own = enc.segmenter.segment([p.text for p in passages])
+    for p, e, props in zip(passages, shared, own):
+        offsets = words(p.text)
+        expected = [word_spans(p.text, offsets, q) for q in covering(p.text, offsets, props)]
+        assert [u.spans for u in e.units] == [tuple((a + p.start - doc.sentences[u.sentence][0], b + p.start - doc.sentences[u.sentence][0]) for a, b in g) for u, g in zip(e.units, expected)]
+        batch, offs, special, _ = tokenize(enc.backbone.tokenizer, [p.text], [""], enc.max_length)
+        states = hidden_states(enc.backbone, batch, enc.head_layers)[0].float()
+        features = proposition_features(states, offs[0], special[0], expected, enc.backbone.dim)
+        with torch.inference_mode():
+            separate = enc.head(features).numpy()
+        np.testing.assert_allclose(e.vectors, separate, atol=1e-5)
+
+
+def test_teacher_and_student_share_one_space(tiny_encoder):
+    """A text query is the teacher (the backbone's mean vector through the
+    query map); the standalone baseline indexes every proposition as the
+    teacher. Both are unit vectors of the student's width, deterministic, and
+    a proposition encoded alone is its own text's query vector."""
+    from encoders import Document, load_encoder
+    from encoders.proposition import PropositionEncoder, mean_vectors, unit_text
+
+    enc = tiny_encoder
+    text = "Mark Ruffalo is an American actor, born in Kenosha. He directed a film in 2010."
+    doc = Document("d", text, title="Mark Ruffalo", sentences=((0, 51), (52, len(text))))
+    alone = PropositionEncoder(enc.backbone, head=str(enc.head_path), segmenter=str(enc.segmenter_path), standalone=True)
+    assert alone.options()["standalone"] is True
+    student = enc.encode(enc.passages(doc))
+    teacher = alone.encode(alone.passages(doc))
+    for s, t in zip(student, teacher):
+        assert s.units == t.units and s.vectors.shape == t.vectors.shape == (len(s.units), 16)
+        assert np.allclose(np.linalg.norm(t.vectors, axis=1), 1, atol=1e-5)
+        assert not np.allclose(s.vectors, t.vectors)  # in context is not alone
+    # the teacher of a proposition is the query map over its own text after the title
+    unit = teacher[0].units[0]
+    own = unit_text(doc, unit)
+    vec = enc.head.embed(mean_vectors(enc.backbone, [own], ["Mark Ruffalo"])).detach().numpy()
+    np.testing.assert_allclose(teacher[0].vectors[0], vec[0], atol=1e-5)
+    (q1,), (q2,) = enc.encode_queries([own]), enc.encode_queries([own])
+    assert np.array_equal(q1.vectors, q2.vectors) and q1.vectors.shape == (1, 16)
+    np.testing.assert_allclose(q1.vectors[0], enc.head.embed(mean_vectors(enc.backbone, [own], [""])).detach().numpy()[0], atol=1e-5)
+    with pytest.raises(ValueError, match="yes/no"):
+        load_encoder("proposition", backbone=enc.backbone, head=str(enc.head_path), segmenter=str(enc.segmenter_path), standalone="maybe")
+
+
+def test_frozen_feature_cache_round_trips_and_is_keyed_by_its_inputs(tiny_encoder, tmp_path):
+    from encoders import Document
+    from encoders.training.proposition import FeatureSet, cached_features
+
+    docs = [Document(f"s{i}", t, "A title", ((0, len(t)),)) for i, t in enumerate(
+        ["Kenosha is a city in Wisconsin, on the shore of Lake Michigan.", "The film won a prize, and its director was born in 1967."])]
+    path = tmp_path / "train.npz"
+    first = cached_features(tiny_encoder, docs, path, {"sentences": 2})
+    loaded = FeatureSet.load(path)
+    for name in ("features", "teacher", "sentence"):
+        assert np.array_equal(getattr(first, name), getattr(loaded, name))
+    assert loaded.meta == {"sentences": 2} and len(loaded.sentence) >= 2 and loaded.features.dtype == np.float16
+    assert set(loaded.sentence.tolist()) == {0, 1}
+    # Same inputs: read back, not recomputed; other inputs: recomputed.
+    stamp = path.stat().st_mtime_ns
+    again = cached_features(tiny_encoder, docs, path, {"sentences": 2})
+    assert path.stat().st_mtime_ns == stamp and np.array_equal(again.features, first.features)
+    other = cached_features(tiny_encoder, docs[:1], path, {"sentences": 1})
+    assert len(other.sentence) < len(first.sentence) and FeatureSet.load(path).meta == {"sentences": 1}
+
+
+def test_distillation_step_lowers_the_loss(tiny_encoder, tmp_path):
+    from encoders import Document
+    from encoders.training.proposition import batches, featurize, info_nce, relational
+
+    import random
+
+    texts = ["Kenosha is a city in Wisconsin, on the shore of Lake Michigan.", "The film won a prize, and its director was born in 1967.",
+             "Paris is the capital of France and its largest city.", "He played for the club until 1998, when he retired."]
+    fs = featurize(tiny_encoder, [Document(f"s{i}", t, "T", ((0, len(t)),)) for i, t in enumerate(texts)], progress=False)
+    (idx,) = batches(fs, 10_000, random.Random(0))
+    assert sorted(idx.tolist()) == list(range(len(fs.sentence)))
+    head = tiny_encoder.head
+    state = {k: v.clone() for k, v in head.state_dict().items()}
+    x = torch.from_numpy(fs.features.astype(np.float32))
+    full = torch.nn.functional.normalize(torch.from_numpy(fs.teacher.astype(np.float32)), dim=-1)
+    opt = torch.optim.SGD(head.parameters(), lr=0.5)
+    losses = []
+    try:
+        head.train()
+        for _ in range(5):
+            t = head.embed(full)
+            loss = info_nce(head(x), t, 0.1) + relational(t, full, 0.1)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    finally:
+        head.load_state_dict(state)
+        head.eval()
+    assert losses[-1] < losses[0]
+
+
+def test_dims_keeps_the_leading_dimensions_renormalised(tiny_encoder):
+    from encoders import Document, load_encoder
+    from encoders.proposition import PropositionEncoder
+
+    enc = tiny_encoder
+    short = PropositionEncoder(enc.backbone, head=str(enc.head_path), segmenter=str(enc.segmenter_path), dims=6)
+    assert short.dim == 6 and short.config()["dims"] == 6 and "dims" not in enc.options()
+    text = "Kenosha is a city in Wisconsin, on the shore of Lake Michigan."
+    doc = Document("d", text, sentences=((0, len(text)),))
+    (full,), (cut,) = enc.encode(enc.passages(doc)), short.encode(short.passages(doc))
+    prefix = full.vectors[:, :6] / np.linalg.norm(full.vectors[:, :6], axis=1, keepdims=True)
+    np.testing.assert_allclose(cut.vectors, prefix, atol=1e-5)
+    (q,) = short.encode_queries(["where is Kenosha?"])
+    assert q.vectors.shape == (1, 6)
+    for bad in (0, 17):
+        with pytest.raises(ValueError, match="dims must be between 1 and 16"):
+            load_encoder("proposition", backbone=enc.backbone, head=str(enc.head_path), segmenter=str(enc.segmenter_path), dims=bad)

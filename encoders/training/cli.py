@@ -23,18 +23,25 @@ def add_commands(sub) -> None:
     s.add_argument("--device", default="auto")
     s.set_defaults(run=_segmenter)
 
-    e = tsub.add_parser("proposition", help="sub-sentence encoder head (SupCon, frozen backbone)")
-    e.add_argument("--propsegment", type=Path, default=Path(PROPSEGMENT), help="PropSegment v1 folder (test split is read)")
-    e.add_argument("--sick", type=Path, default=Path("../shared/data/sick/SICK.txt"), help="SICK.txt ('' to skip)")
-    e.add_argument("--stsb", type=Path, default=Path("../shared/data/stsb/sts-train.csv"), help="STS-B train file ('' to skip)")
+    e = tsub.add_parser("proposition", help="sub-sentence encoder head, distilled from the frozen backbone on Wikipedia sentences")
+    e.add_argument("--wiki", type=Path, default=Path(WIKI_EXTRACTED), help="WikiExtractor folder (wiki_00..69 train, 70..99 held out)")
     e.add_argument("--out", type=Path, default=WEIGHTS / "proposition")
     e.add_argument("--backbone", help="default: the packaged all-MiniLM-L6-v2")
-    e.add_argument("--dim", type=int, default=64, help="output dimension")
-    e.add_argument("--tau", type=float, default=0.05, help="SupCon temperature")
-    e.add_argument("--layers", default="0,3,6", help="backbone layers pooled side by side (0 = embeddings; must end with the last)")
-    e.add_argument("--sibling-weight", type=float, default=1.0, help="weight of the own-sentence SupCon term")
-    e.add_argument("--lora", type=int, default=8, help="LoRA rank on the upper layers' attention (0: frozen backbone, head only)")
-    e.add_argument("--epochs", type=int, default=4)
+    e.add_argument("--sentences", type=int, default=40000, help="training sentences (each after its article's title)")
+    e.add_argument("--heldout", type=int, default=2000, help="held-out sentences that pick the epoch")
+    e.add_argument("--dim", type=int, default=256, help="output dimension")
+    e.add_argument("--prefix", type=int, default=64, help="leading dimensions trained to retrieve alone (`proposition:dims=64`); 0: none")
+    e.add_argument("--sentence-weight", type=float, default=0.5, help="weight of the sentence's mean in the teacher")
+    e.add_argument("--hidden", type=int, default=1024)
+    e.add_argument("--layers", default="2,4,6", help="backbone layers pooled side by side (0 = embeddings; must end with the last)")
+    e.add_argument("--tau", type=float, default=0.05, help="InfoNCE temperature")
+    e.add_argument("--relational-weight", type=float, default=1.0, help="weight of the term that keeps the query map's similarities")
+    e.add_argument("--nce-weight", type=float, default=0.1, help="weight of InfoNCE beside the cosine to the teacher")
+    e.add_argument("--train-query", action="store_true", help="let the query map move from the teacher's principal components")
+    e.add_argument("--epochs", type=int, default=20)
+    e.add_argument("--batch", type=int, default=512, help="propositions per batch (whole sentences)")
+    e.add_argument("--lr", type=float, default=1e-3)
+    e.add_argument("--cache", type=Path, help="folder for the frozen features (reused when the inputs match)")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--device", default="auto")
     e.set_defaults(run=_proposition)
@@ -104,12 +111,12 @@ def _segmenter(args) -> int:
 def _proposition(args) -> int:
     from .proposition import train_proposition
 
-    def optional(path: Path) -> Path | None:
-        return None if str(path) in ("", ".") else path
-
     train_proposition(
-        args.propsegment, optional(args.sick), optional(args.stsb), args.out, backbone=args.backbone, out_dim=args.dim, tau=args.tau, layers=tuple(int(x) for x in args.layers.split(",")), lora=args.lora, sibling_weight=args.sibling_weight,
-        epochs=args.epochs, seed=args.seed, device=args.device,
+        args.wiki, args.out, sentences=args.sentences, heldout=args.heldout, backbone=args.backbone, out_dim=args.dim, prefix=args.prefix,
+        sentence_weight=args.sentence_weight,
+        hidden=args.hidden, layers=tuple(int(x) for x in args.layers.split(",")), tau=args.tau,
+        relational_weight=args.relational_weight, nce_weight=args.nce_weight, train_query=args.train_query, epochs=args.epochs, batch=args.batch,
+        lr=args.lr, cache=args.cache, seed=args.seed, device=args.device,
     )
     return 0
 

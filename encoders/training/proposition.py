@@ -1,350 +1,319 @@
-"""`propdex train proposition`: the sub-sentence encoder's head and adapters.
+"""`propdex train proposition`: the student head, distilled from the frozen backbone.
 
-The MLP (Linear, ReLU, Linear -> 64) trains with LoRA adapters on the
-backbone's upper layers (`--lora R`, default 8; `--lora 0` freezes the
-backbone, and then every input is pooled once up front), under supervised
-contrastive loss (SupCon) in which the other propositions of the same
-sentence are in the batch as negatives, plus the same loss against the
-item's own sentence alone. Every rater's propositions are used with a frozen
-backbone; the reference response's only with adapters (CPU time).
+Nothing of the backbone trains, so the similarity geometry it was trained
+for is what the head learns to reproduce:
 
-Training data (recorded in the weights' config):
-  - PropSegment *test* split, Wikipedia clusters (never dev, whose relations
-    are the evaluation). For every proposition of every rater's segmentation:
-      * its own text, encoded alone, is a positive of the proposition pooled
-        inside its sentence (self-supervision: the mask must come to mean what
-        the proposition says, not what the whole sentence says);
-      * propositions of other documents of the same cluster (versions of one
-        article) that say the same thing are positives, mined with care:
-        mutual nearest neighbours by the frozen backbone's similarity of
-        their texts, cosine >= 0.8 and content-word Jaccard >= 0.4.
-  - SICK pairs with entailment both ways; STS-B train pairs scored >= 4.
-A few test clusters are held out: their mined alignments pick the epoch
-(P@1 of a proposition in context retrieving its aligned proposition).
+- **Teacher**: the backbone's mean vector of a proposition's own text,
+  after its title (what `single` would index for it), put into 64 dims by
+  the head's query map, which starts as the principal components of the
+  teacher vectors and may then train with the student.
+- **Student**: the head over the proposition's in-context features (its
+  mean states inside the sentence, and the sentence's), a residual on the
+  projected mean; it sees the sentence once, in the pass the segmenter
+  reads too.
+- **Loss**: InfoNCE from each student vector to its own teacher among the
+  teachers of the batch. A batch is whole sentences, so a proposition's
+  siblings - same context, other meaning - are always among the negatives.
+  A relational term keeps the projected teachers' similarities to one
+  another those of the 384-d teacher (the query map must not bend the
+  space that queries live in).
+
+Data: sentences of the Wikipedia training split (WikiExtractor files
+wiki_00..69), each after its article's title, segmented by the shipped
+segmenter; the held-out split (wiki_70..99) picks the epoch. Features are
+computed once and cached (`--cache`), so epochs are cheap on a CPU.
 """
 from __future__ import annotations
 
+import json
 import logging
 import random
-import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from ..backbone import Backbone
-from ..base import hidden_states, span_pool
-from ..adapters import adapt, lora_config, lora_state, upper_layers
-from ..proposition import PropositionHead
-from ..provenance import command_line, data_record, hardware, library_versions, save_weights
-from ..segment import spans_text, word_spans
-from .data import SegmentedSentence, propsegment_sentences, sick_pairs, stsb_pairs
-from .segmenter import split_clusters
+from ..proposition import PropositionEncoder, PropositionHead, feature_dim, mean_vectors, unit_text
+from ..provenance import command_line, hardware, library_versions, save_weights, sha256_file
+from ..text import split_sentences
+from ..units import Document
+from .data import WIKI_EXTRACTED, wiki_articles, wiki_files
 
 log = logging.getLogger(__name__)
 
-# Alignment mining thresholds (cosine of the texts' frozen embeddings,
-# content-word Jaccard): high enough that a mined pair says the same thing.
-MINE_COS, MINE_JACCARD = 0.8, 0.4
-_STOP = frozenset("a an the of in on at to for by with and or is was are were be been has have had as from that this its it his her their which who".split())
+
+# --------------------------------------------------------------------------
+# data
 
 
-def pooled(
-    bb: Backbone, texts: list[str], groups: list[list[list[tuple[int, int]]]], layers: tuple[int, ...],
-    model: torch.nn.Module | None = None, batch: int = 64, progress: bool = False,
-) -> list[torch.Tensor]:
-    """Per text, the mean token state under each of its span groups, from
-    `model` (default: the frozen backbone). Gradients flow unless the caller
-    runs it under `torch.inference_mode()`."""
-    out: list[torch.Tensor | None] = [None] * len(texts)
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    for s in tqdm(range(0, len(order), batch), desc="pool", leave=False, disable=not progress):
-        idx = order[s : s + batch]
-        enc = bb.tokenizer([texts[i] for i in idx], padding=True, truncation=True, max_length=bb.max_length,
-                           return_offsets_mapping=True, return_special_tokens_mask=True, return_tensors="pt")
-        offsets = enc.pop("offset_mapping").numpy()
-        special = enc.pop("special_tokens_mask").numpy().astype(bool)
-        real = ~special & (enc["attention_mask"].numpy() > 0)
-        hidden = hidden_states(bb, enc, layers, model).float()
-        for r, i in enumerate(idx):
-            out[i] = span_pool(hidden[r], offsets[r], real[r], groups[i])
-    return out  # type: ignore[return-value]
-
-
-def whole(text: str) -> list[list[tuple[int, int]]]:
-    return [[(0, len(text))]]
-
-
-def content_words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[^\W_]+", text.lower()) if w not in _STOP}
+def wiki_sentences(folder: str | Path, split: str, n: int, seed: int = 0, min_words: int = 5) -> list[Document]:
+    """Up to `n` sentences of the split, each a Document with its article's
+    title: files in a seeded order, read until there are enough, then a
+    seeded sample."""
+    rng = random.Random(seed)
+    files = wiki_files(folder, split)
+    rng.shuffle(files)
+    pool: list[Document] = []
+    for path in files:
+        for article in wiki_articles(path, split):
+            for s, (_, text) in enumerate(article.sections):
+                for a, b in split_sentences(text):
+                    if len(text[a:b].split()) >= min_words:
+                        pool.append(Document(f"{article.id}:{s}:{a}", text[a:b], article.title, ((0, b - a),)))
+        if len(pool) >= 3 * n:
+            break
+    return rng.sample(pool, min(n, len(pool)))
 
 
 @dataclass
-class Examples:
-    """What the head learns from: texts, the span groups to pool in them, and
-    who is a positive of whom. Item keys: ("ctx", i, j) proposition j of
-    sentence i pooled inside its sentence, ("alone", i, j) its text encoded
-    alone, ("pair", p, side) a side of sentence pair p."""
+class FeatureSet:
+    """Per proposition: the student's input, the teacher's 384-d vector and
+    the sentence it came from; `meta` says what made them (a cache is used
+    only when its meta matches)."""
 
-    sentences: list[str]
-    spans: list[list[tuple[tuple[int, int], ...]]]  # per sentence, per proposition
-    texts: list[list[str]]  # per sentence, per proposition: its own text
-    aligned: dict[tuple[int, int], list[tuple[int, int]]]  # (i, j) -> positives (i2, j2)
-    pairs: list[tuple[str, str]]
+    features: np.ndarray  # (n, F) float16
+    teacher: np.ndarray  # (n, dim) float16, not normalised
+    sentence: np.ndarray  # (n,) int64
+    meta: dict[str, Any] = field(default_factory=dict)
 
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(tmp, features=self.features, teacher=self.teacher, sentence=self.sentence, meta=json.dumps(self.meta, sort_keys=True))
+        tmp.replace(path)
 
-def build_examples(bb: Backbone, sentences: list[SegmentedSentence], pairs: list[tuple[str, str]], all_responses: bool = True) -> Examples:
-    """Every rater's propositions (all_responses) or the reference response's only."""
-    props = [list(dict.fromkeys(list(s.propositions) + ([p for r in s.other_responses for p in r] if all_responses else []))) for s in sentences]
-    spans = [[word_spans(s.text, s.words, p) for p in ps] for s, ps in zip(sentences, props)]
-    texts = [[spans_text(s.text, g) for g in sp] for s, sp in zip(sentences, spans)]
-    # Mining compares the propositions' texts by the frozen last layer (a sentence embedding).
-    flat = [t for ts in texts for t in ts]
-    with torch.inference_mode():
-        alone_flat = [v.cpu() for v in pooled(bb, flat, [whole(t) for t in flat], (-1,), progress=True)]
-    alone, k = [], 0
-    for ts in texts:
-        alone.append(torch.cat(alone_flat[k : k + len(ts)]) if ts else torch.zeros(0, bb.dim))
-        k += len(ts)
-    aligned = mine_alignments(sentences, props, texts, alone)
-    return Examples([s.text for s in sentences], spans, texts, aligned, pairs)
+    @classmethod
+    def load(cls, path: Path) -> "FeatureSet":
+        with np.load(path) as z:
+            return cls(z["features"], z["teacher"], z["sentence"], json.loads(str(z["meta"])))
 
 
-class Features:
-    """Pooled inputs of the head for item keys. Frozen backbone: computed once
-    and cached. Adapted backbone (LoRA): computed per batch, with gradients."""
-
-    def __init__(self, bb: Backbone, model: torch.nn.Module, ex: Examples, layers: tuple[int, ...], cache: bool) -> None:
-        self.bb, self.model, self.ex, self.layers = bb, model, ex, layers
-        self.cache: dict[tuple, torch.Tensor] | None = None
-        if cache:
-            with torch.inference_mode():
-                self.cache = {}
-                keys = [("ctx", i, j) for i, sp in enumerate(ex.spans) for j in range(len(sp))]
-                keys += [("alone", i, j) for i, sp in enumerate(ex.spans) for j in range(len(sp))]
-                keys += [("pair", p, side) for p in range(len(ex.pairs)) for side in (0, 1)]
-                for b in tqdm(range(0, len(keys), 512), desc="pool", leave=False):
-                    chunk = keys[b : b + 512]
-                    self.cache.update(zip(chunk, self._compute(chunk).clone()))
-
-    def __call__(self, keys: list[tuple]) -> torch.Tensor:
-        if self.cache is not None:
-            return torch.stack([self.cache[k] for k in keys]).to(self.bb.device)
-        return self._compute(keys)
-
-    def _compute(self, keys: list[tuple]) -> torch.Tensor:
-        ex = self.ex
-        jobs: dict[str, list[tuple[int, int]]] = {}  # text -> (row, group index)
-        groups: dict[str, list[list[tuple[int, int]]]] = {}
-        for row, key in enumerate(keys):
-            kind, a, b = key
-            if kind == "ctx":
-                text, group = ex.sentences[a], list(ex.spans[a][b])
-            elif kind == "alone":
-                text = ex.texts[a][b]
-                group = [(0, len(text))]
-            else:
-                text = ex.pairs[a][b]
-                group = [(0, len(text))]
-            groups.setdefault(text, []).append(group)
-            jobs.setdefault(text, []).append((row, len(groups[text]) - 1))
-        texts = list(groups)
-        vecs = pooled(self.bb, texts, [groups[t] for t in texts], self.layers, self.model)
-        out: list[torch.Tensor | None] = [None] * len(keys)
-        for text, v in zip(texts, vecs):
-            for row, g in jobs[text]:
-                out[row] = v[g]
-        return torch.stack(out)  # type: ignore[arg-type]
+def featurize(encoder: PropositionEncoder, docs: list[Document], progress: bool = True) -> FeatureSet:
+    """One frozen pass per sentence (segmenter and student features), then
+    the teacher: each proposition's own text, after the title."""
+    feats, texts, titles, sentence = [], [], [], []
+    passages = [p for d in docs for p in encoder.passages(d)]
+    bs = encoder.batch_size
+    order = sorted(range(len(passages)), key=lambda i: len(passages[i].text))
+    for s in tqdm(range(0, len(order), bs), desc="features", unit="batch", disable=not progress):
+        batch = [passages[i] for i in order[s : s + bs]]
+        for i, p, tokens in zip(order[s : s + bs], batch, encoder.forward(batch)):
+            groups, f = encoder.features(p, tokens)
+            for g, row in zip(groups, f):
+                feats.append(row.numpy().astype(np.float16))
+                texts.append(" ".join(p.text[a:b] for a, b in g))
+                titles.append(encoder.title_of(p.doc))
+                sentence.append(i)
+    teacher = mean_vectors(encoder.backbone, texts, titles, 2 * bs, progress)
+    return FeatureSet(np.stack(feats), teacher.numpy().astype(np.float16), np.array(sentence, dtype=np.int64))
 
 
-def mine_alignments(sentences, props, texts, alone, min_cos: float = MINE_COS, min_jaccard: float = MINE_JACCARD) -> dict:
-    """Reference propositions of different documents of one cluster that say
-    the same thing: mutual nearest neighbours, cosine and word overlap high."""
-    by_doc: dict[str, list[tuple[int, int]]] = {}
-    cluster_of: dict[str, str] = {}
-    for i, s in enumerate(sentences):
-        cluster_of[s.doc] = s.cluster
-        n_ref = len(s.propositions)
-        by_doc.setdefault(s.doc, []).extend((i, j) for j in range(n_ref))
-    aligned: dict[tuple, list[tuple[int, int]]] = {}
-    docs = sorted(by_doc)
-    for a in docs:
-        for b in docs:
-            if a >= b or cluster_of[a] != cluster_of[b] or not by_doc[a] or not by_doc[b]:
-                continue
-            va = torch.nn.functional.normalize(torch.stack([alone[i][j] for i, j in by_doc[a]]), dim=-1)
-            vb = torch.nn.functional.normalize(torch.stack([alone[i][j] for i, j in by_doc[b]]), dim=-1)
-            sim = va @ vb.T
-            best_b, best_a = sim.argmax(1), sim.argmax(0)
-            for x, y in enumerate(best_b.tolist()):
-                if best_a[y] != x or sim[x, y] < min_cos:
-                    continue
-                (i, j), (i2, j2) = by_doc[a][x], by_doc[b][y]
-                wa, wb = content_words(texts[i][j]), content_words(texts[i2][j2])
-                if not wa or not wb or len(wa & wb) < min_jaccard * len(wa | wb):
-                    continue
-                aligned.setdefault((i, j), []).append((i2, j2))
-                aligned.setdefault((i2, j2), []).append((i, j))
-    return aligned
+def cached_features(encoder: PropositionEncoder, docs: list[Document], cache: Path | None, meta: dict[str, Any]) -> FeatureSet:
+    """`featurize`, read from / written to `cache` when given (keyed by `meta`)."""
+    if cache is not None and cache.is_file():
+        fs = FeatureSet.load(cache)
+        if fs.meta == meta:
+            log.info("features from %s (%d propositions)", cache, len(fs.sentence))
+            return fs
+        log.info("cache %s was made for other inputs; recomputing", cache)
+    fs = featurize(encoder, docs)
+    fs.meta = meta
+    if cache is not None:
+        fs.save(cache)
+    return fs
+
+
+# --------------------------------------------------------------------------
+# losses
+
+
+def info_nce(student: torch.Tensor, teacher: torch.Tensor, tau: float) -> torch.Tensor:
+    """Each student row must pick its own teacher row among the batch's."""
+    logits = student @ teacher.T / tau
+    return torch.nn.functional.cross_entropy(logits, torch.arange(len(student), device=student.device))
+
+
+def distillation(student: torch.Tensor, teacher: torch.Tensor, tau: float, nce_weight: float) -> torch.Tensor:
+    """1 - cos(student, own teacher): a query scores the student by its
+    cosine to the teacher's side, so the student must sit where the teacher
+    is, not merely be told apart from the batch; plus `nce_weight` times
+    InfoNCE, which pushes siblings apart where the teacher does."""
+    loss = (1 - (student * teacher).sum(-1)).mean()
+    return loss + nce_weight * info_nce(student, teacher, tau) if nce_weight else loss
+
+
+def relational(projected: torch.Tensor, full: torch.Tensor, tau: float) -> torch.Tensor:
+    """KL from the full teacher's similarity distribution over the batch to
+    the projected teacher's (both L2-normalised, the diagonal left out)."""
+    eye = torch.eye(len(full), dtype=torch.bool, device=full.device)
+    target = torch.softmax((full @ full.T / tau).masked_fill(eye, -1e4), dim=-1)
+    logp = torch.log_softmax((projected @ projected.T / tau).masked_fill(eye, -1e4), dim=-1)
+    return torch.nn.functional.kl_div(logp, target, reduction="batchmean")
 
 
 def supcon(z: torch.Tensor, labels: torch.Tensor, tau: float, groups: torch.Tensor | None = None) -> torch.Tensor:
-    """Supervised contrastive loss (Khosla et al.): each item's positives are
-    the other items with its label; everything else in the batch, the other
-    propositions of its own sentence included, is a negative. With `groups`,
-    only items of the item's own group are negatives (the hard ones)."""
-    logits = z @ z.T / tau
-    self_mask = torch.eye(len(z), dtype=torch.bool, device=z.device)
-    positive = (labels[:, None] == labels[None, :]) & ~self_mask
-    excluded = self_mask
-    if groups is not None:
-        excluded = excluded | ((groups[:, None] != groups[None, :]) & ~positive)
-    logits = logits.masked_fill(excluded, float("-inf"))
-    log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
+    """Supervised contrastive loss (Khosla et al.) over L2-normalised rows:
+    rows with one label are positives of one another; with `groups`, only
+    rows of the same group count (negatives of the own sentence only)."""
+    sim = z @ z.T / tau
+    eye = torch.eye(len(z), dtype=torch.bool, device=z.device)
+    allowed = ~eye if groups is None else ~eye & (groups[:, None] == groups[None, :])
+    sim = sim.masked_fill(~allowed, -1e4)
+    positive = (labels[:, None] == labels[None, :]) & allowed
+    log_prob = sim - torch.logsumexp(sim, dim=1, keepdim=True)
     has = positive.any(1)
-    per_item = -(log_prob.masked_fill(~positive, 0.0).sum(1)[has] / positive.sum(1)[has])
-    return per_item.mean()
+    return -(log_prob * positive).sum(1)[has].div(positive.sum(1)[has]).mean()
 
 
-def heldout_p1(head: PropositionHead, feats: Features) -> float:
-    """P@1: a proposition in context retrieves an aligned proposition, among
-    all held-out propositions in context (its own sentence's included: they
-    are the hard negatives)."""
-    ex = feats.ex
-    index = [(i, j) for i, sp in enumerate(ex.spans) for j in range(len(sp))]
-    if not ex.aligned:
-        return float("nan")
-    with torch.no_grad():
-        z = head(feats([("ctx", i, j) for i, j in index]))
-    pos = {key: n for n, key in enumerate(index)}
-    hits = 0
-    for key, partners in ex.aligned.items():
-        sims = z @ z[pos[key]]
-        sims[pos[key]] = float("-inf")
-        hits += index[int(sims.argmax())] in partners
-    return hits / len(ex.aligned)
+def target(fs: FeatureSet, dim: int, sentence_weight: float) -> torch.Tensor:
+    """The teacher vectors the student learns to produce: the proposition's
+    own text alone, plus `sentence_weight` times its sentence's mean (the
+    last `dim` features: the sentence's text in context), normalised. The
+    sentence term is what a document-level search needs beside the fact:
+    which passage says it."""
+    own = torch.nn.functional.normalize(torch.from_numpy(fs.teacher.astype(np.float32)), dim=-1)
+    if not sentence_weight:
+        return own
+    sentence = torch.nn.functional.normalize(torch.from_numpy(fs.features[:, -dim:].astype(np.float32)), dim=-1)
+    return torch.nn.functional.normalize(own + sentence_weight * sentence, dim=-1)
 
 
-def batch_items(ex: Examples, sentences: list[int], pair_ids: list[int]) -> tuple[list[tuple], list[int], list[int]]:
-    """Item keys, SupCon labels and sentence groups of one batch: every
-    proposition of the batch's sentences in context and alone (one label),
-    its aligned propositions in context (the same label), and sentence pairs
-    (a group of their own)."""
-    label_of: dict[tuple[int, int], int] = {}
-    for i in sentences:
-        for j in range(len(ex.spans[i])):
-            lab = label_of.setdefault((i, j), len(label_of))
-            for partner in ex.aligned.get((i, j), ()):
-                label_of.setdefault(partner, lab)
-    keys, labels, groups = [], [], []
-    for (i, j), lab in label_of.items():
-        keys.append(("ctx", i, j))
-        labels.append(lab)
-        groups.append(i)
-        if i in sentences:
-            keys.append(("alone", i, j))
-            labels.append(lab)
-            groups.append(i)
-    for p in pair_ids:
-        keys += [("pair", p, 0), ("pair", p, 1)]
-        labels += [len(label_of) + p] * 2
-        groups += [-1 - p] * 2
-    return keys, labels, groups
+def pca_map(teacher: np.ndarray, out_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight (out_dim, dim), bias (out_dim,)) projecting normalised teacher
+    vectors onto their top principal components, centred."""
+    x = torch.nn.functional.normalize(torch.from_numpy(teacher.astype(np.float32)), dim=-1)
+    mean = x.mean(0)
+    _, _, v = torch.linalg.svd(x - mean, full_matrices=False)
+    weight = v[:out_dim].contiguous()
+    return weight, -(weight @ mean)
+
+
+# --------------------------------------------------------------------------
+# training
+
+
+def batches(fs: FeatureSet, size: int, rng: random.Random) -> list[np.ndarray]:
+    """Row indices in batches of about `size`, whole sentences each."""
+    starts = np.flatnonzero(np.r_[True, fs.sentence[1:] != fs.sentence[:-1]])
+    bounds = list(zip(starts, np.r_[starts[1:], len(fs.sentence)]))
+    rng.shuffle(bounds)
+    out, current, n = [], [], 0
+    for a, b in bounds:
+        current.append(np.arange(a, b))
+        n += b - a
+        if n >= size:
+            out.append(np.concatenate(current))
+            current, n = [], 0
+    if current:
+        out.append(np.concatenate(current))
+    return out
+
+
+@torch.inference_mode()
+def heldout_cosine(head: PropositionHead, fs: FeatureSet, device: torch.device) -> float:
+    """Mean cosine of held-out student vectors to their own teachers: what a
+    query's score of a proposition inherits from the teacher."""
+    s = head(torch.from_numpy(fs.features.astype(np.float32)).to(device))
+    t = head.embed(torch.from_numpy(fs.teacher.astype(np.float32)).to(device))
+    return float((s * t).sum(-1).mean())
 
 
 def train_proposition(
-    propsegment: Path, sick: Path | None, stsb: Path | None, out: Path, *, backbone: str | None = None,
-    out_dim: int = 64, hidden: int = 768, tau: float = 0.05, layers: tuple[int, ...] = (0, 3, 6), lora: int = 0,
-    epochs: int = 30, batch_sentences: int = 32, lr: float = 1e-3, lora_lr: float = 3e-4, pairs_per_epoch: int = 2000, sibling_weight: float = 1.0,
-    val_clusters: int = 3, seed: int = 0, device: str = "auto",
+    wiki: Path, out: Path, *, sentences: int = 40000, heldout: int = 2000, backbone: str | None = None,
+    out_dim: int = 256, prefix: int = 64, hidden: int = 1024, layers: tuple[int, ...] = (2, 4, 6), tau: float = 0.05,
+    sentence_weight: float = 0.5, nce_weight: float = 0.1, relational_weight: float = 1.0, train_query: bool = False, epochs: int = 20, batch: int = 512, lr: float = 1e-3,
+    cache: Path | None = None, seed: int = 0, device: str = "auto",
 ) -> dict[str, Any]:
     started = time.time()
     random.seed(seed)
     torch.manual_seed(seed)
     bb = Backbone.load(backbone, device=device) if backbone else Backbone.load(device=device)
-    n_layers = bb.model.config.num_hidden_layers
-    if layers[-1] not in (-1, n_layers):
-        raise ValueError(f"layers must end with the last layer ({n_layers}): the segmenter reads it")
-    sentences = propsegment_sentences(propsegment, "test")
-    train, val = split_clusters(sentences, val_clusters, seed)
-    pairs = (sick_pairs(sick) if sick else []) + (stsb_pairs(stsb) if stsb else [])
-    log.info("proposition head: %d train / %d held-out sentences, %d sentence pairs", len(train), len(val), len(pairs))
-    # With adapters every step runs the backbone: the reference propositions
-    # only, fewer sentence pairs, to keep a CPU epoch in minutes.
-    tr, va = build_examples(bb, train, pairs, all_responses=not lora), build_examples(bb, val, [], all_responses=not lora)
-    if lora:
-        pairs_per_epoch = min(pairs_per_epoch, 500)
-    n_aligned = sum(map(len, tr.aligned.values())) // 2
-    log.info("mined %d aligned proposition pairs (train), %d (held out)", n_aligned, sum(map(len, va.aligned.values())) // 2)
+    dim_in = feature_dim(bb.dim, len(layers))
+    # The encoder itself computes the features: an untrained head of the final shape.
+    head = PropositionHead(dim_in, hidden, out_dim, query_dim=bb.dim, sentence_weight=sentence_weight)
+    init = out.with_name(out.name + ".init")
+    config = {"backbone": bb.name, "dim": dim_in, "layers": list(layers), "hidden": hidden, "out_dim": out_dim, "query_dim": bb.dim, "sentence_weight": sentence_weight}
+    save_weights({f"head.{k}": v for k, v in head.state_dict().items()}, init, config)
+    encoder = PropositionEncoder(bb, batch_size=64, head=str(init))
 
-    model = bb.model
-    if lora:
-        model = adapt(bb.model, lora, upper_layers(n_layers))
-    head = PropositionHead(bb.dim * len(layers), hidden, out_dim).to(bb.device)
-    params = [{"params": head.parameters(), "lr": lr}]
-    if lora:
-        params.append({"params": [p for p in model.parameters() if p.requires_grad], "lr": lora_lr})
-    opt = torch.optim.AdamW(params, weight_decay=0.01)
-    train_feats = Features(bb, model, tr, layers, cache=not lora)
-    val_feats = Features(bb, model, va, layers, cache=not lora)
+    segmenter_sha = sha256_file(encoder.segmenter_path / "model.safetensors")
+    meta = lambda split, n: {"backbone": bb.name, "layers": list(layers), "segmenter": segmenter_sha, "split": split, "sentences": n, "seed": seed}  # noqa: E731
+    train_docs = wiki_sentences(wiki, "train", sentences, seed)
+    val_docs = wiki_sentences(wiki, "heldout", heldout, seed)
+    tr = cached_features(encoder, train_docs, cache / "train.npz" if cache else None, meta("train", len(train_docs)))
+    va = cached_features(encoder, val_docs, cache / "heldout.npz" if cache else None, meta("heldout", len(val_docs)))
+    log.info("proposition head: %d train / %d held-out propositions", len(tr.sentence), len(va.sentence))
 
-    order = [i for i, sp in enumerate(tr.spans) if sp]
-    steps = (len(order) + batch_sentences - 1) // batch_sentences
-    per_step = min(pairs_per_epoch, len(pairs)) // max(steps, 1)
-    best: tuple[float, int, dict | None] = (-1.0, 0, None)
-    for epoch in tqdm(range(epochs), desc="train proposition"):
+    weight, bias = pca_map(target(tr, bb.dim, sentence_weight).numpy(), out_dim)
+    head = PropositionHead(dim_in, hidden, out_dim, query_dim=bb.dim, sentence_weight=sentence_weight)
+    with torch.no_grad():
+        head.query.weight.copy_(weight)
+        head.query.bias.copy_(bias)
+        head.mlp[-1].weight.zero_()  # start as the in-context mix seen through the teacher's map
+        head.mlp[-1].bias.zero_()
+    head.to(bb.device)
+    if not train_query:
+        head.query.requires_grad_(False)
+    opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=lr, weight_decay=0.01)
+    features = torch.from_numpy(tr.features.astype(np.float32))
+    teacher = target(tr, bb.dim, sentence_weight)
+    va.teacher = target(va, bb.dim, sentence_weight).numpy()
+    rng = random.Random(seed)
+    best = (heldout_cosine(head.eval(), va, bb.device), 0, {k: v.detach().cpu().clone() for k, v in head.state_dict().items()})
+    log.info("epoch 0 (untrained: mask pooling through the PCA map) held-out cosine %.4f", best[0])
+    history = [{"epoch": 0, "heldout_cosine": round(best[0], 4)}]
+    for epoch in tqdm(range(1, epochs + 1), desc="train proposition"):
         head.train()
-        model.train(bool(lora))
-        random.shuffle(order)
-        pair_ids = random.sample(range(len(pairs)), min(pairs_per_epoch, len(pairs)))
-        for step in tqdm(range(steps), desc=f"epoch {epoch + 1}", leave=False):
-            keys, labels, groups = batch_items(tr, order[step * batch_sentences : (step + 1) * batch_sentences],
-                                               pair_ids[step * per_step : (step + 1) * per_step])
-            z = head(train_feats(keys))
-            labels_t = torch.tensor(labels, device=bb.device)
-            # The batch-wide loss, plus the same loss against the item's own
-            # sentence only: sibling propositions share its context and are
-            # what a query in context confuses itself with most.
-            loss = supcon(z, labels_t, tau) + sibling_weight * supcon(z, labels_t, tau, torch.tensor(groups, device=bb.device))
+        total = 0.0
+        parts = batches(tr, batch, rng)
+        for idx in parts:
+            x = features[idx].to(bb.device)
+            full = teacher[idx].to(bb.device)
+            t = head.embed(full)
+            z = head(x)
+            loss = distillation(z, t, tau, nce_weight)
+            if prefix and prefix < out_dim:
+                # Matryoshka: the leading `prefix` dimensions retrieve on their own (`dims=64`).
+                cut = lambda v: torch.nn.functional.normalize(v[:, :prefix], dim=-1)  # noqa: E731
+                loss = loss + distillation(cut(z), cut(t), tau, nce_weight)
+            if train_query and relational_weight:
+                loss = loss + relational_weight * relational(t, full, tau)
             opt.zero_grad()
             loss.backward()
             opt.step()
-        head.eval()
-        model.eval()
-        p1 = heldout_p1(head, val_feats)
+            total += loss.item()
+        p1 = heldout_cosine(head.eval(), va, bb.device)
+        history.append({"epoch": epoch, "loss": round(total / len(parts), 4), "heldout_cosine": round(p1, 4)})
+        log.info("epoch %d loss %.4f held-out cosine %.4f", epoch, total / len(parts), p1)
         if p1 > best[0]:
-            state = {f"head.{k}": v.detach().cpu().clone() for k, v in head.state_dict().items()}
-            if lora:
-                state.update({f"lora.{k}": v.clone() for k, v in lora_state(model).items()})
-            best = (p1, epoch + 1, state)
-        log.info("epoch %d loss %.4f held-out P@1 %.4f", epoch + 1, loss.item(), p1)
+            best = (p1, epoch, {k: v.detach().cpu().clone() for k, v in head.state_dict().items()})
 
-    data: dict[str, Any] = {
-        "propsegment_test": {f: data_record(Path(propsegment) / f) for f in ("document_clusters.test.json", "propositions.test.json")},
-        "train_sentences": len(train),
-        "train_propositions": sum(map(len, tr.spans)),
-        "aligned_pairs": n_aligned,
-        "mining": {"mutual_nearest": True, "min_cosine": MINE_COS, "min_content_jaccard": MINE_JACCARD},
-        "heldout_clusters": sorted({s.cluster for s in val}),
-        "sentence_pairs": len(pairs),
-    }
-    if sick:
-        data["sick"] = data_record(sick)
-    if stsb:
-        data["stsb"] = data_record(stsb)
-    config = {
-        "backbone": bb.name, "dim": bb.dim * len(layers), "layers": list(layers), "hidden": hidden, "out_dim": out_dim,
-        "lora": lora_config(lora, upper_layers(n_layers)),
-        "pooling": "mask mean of the concatenated layers",
-        "command": command_line(), "data": data,
-        "training": {"loss": "SupCon (batch) + sibling_weight * SupCon (own sentence)", "sibling_weight": sibling_weight, "tau": tau, "epochs": epochs, "best_epoch": best[1], "lr": lr, "lora_lr": lora_lr if lora else None,
-                     "batch_sentences": batch_sentences, "pairs_per_epoch": pairs_per_epoch, "seed": seed},
-        "heldout_p1": round(best[0], 4),
+    import shutil
+
+    shutil.rmtree(init, ignore_errors=True)
+    config |= {
+        "pooling": "student: MLP over [last-layer mean under the proposition, every layer's mean under it, every layer's mean over the sentence], "
+                   "a residual on the query map of the first; query: the backbone's mean vector through the query map",
+        "segmenter": {"sha256": segmenter_sha},
+        "command": command_line(),
+        "data": {
+            "wikipedia": {"path": str(wiki), "train_files": [p.name for p in wiki_files(wiki, "train")][:1] + ["..."],
+                          "train_sentences": len(train_docs), "heldout_sentences": len(val_docs)},
+            "train_propositions": int(len(tr.sentence)), "heldout_propositions": int(len(va.sentence)),
+        },
+        "training": {"loss": "1 - cos(student, projected teacher) + nce_weight * InfoNCE (whole sentences per batch), at all and at the leading `prefix` dims"
+                             " + relational_weight * KL(teacher sims || projected sims)",
+                     "teacher": "normalise(own text after the title + sentence_weight * the sentence's mean in context)",
+                     "tau": tau, "nce_weight": nce_weight, "prefix": prefix, "sentence_weight": sentence_weight, "relational_weight": relational_weight, "train_query": train_query, "epochs": epochs,
+                     "best_epoch": best[1], "batch": batch, "lr": lr, "seed": seed, "history": history},
+        "heldout_cosine": round(best[0], 4),
         "hardware": hardware(), "train_seconds": round(time.time() - started, 1), "versions": library_versions(),
     }
-    save_weights(best[2], out, config)
-    print(f"proposition head: held-out P@1 {100 * best[0]:.2f} (epoch {best[1]}), {config['train_seconds']:.0f} s on {config['hardware']} -> {out}")
+    save_weights({f"head.{k}": v for k, v in best[2].items()}, out, config)
+    print(f"proposition head: held-out cosine to the teacher {best[0]:.4f} (epoch {best[1]}), {config['train_seconds']:.0f} s on {config['hardware']} -> {out}")
     return config
