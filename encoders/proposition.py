@@ -47,7 +47,7 @@ from .adapters import adapter_stages, merged_stages
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, _n_specials, cut_passages, hidden_states, span_pool, tokenize
 from .provenance import read_weights, verified_sha256
-from .segment import PairSegmenter, Proposition, Segmenter, word_spans, words, spans_text
+from .segment import PairSegmenter, Proposition, word_spans, words, spans_text
 from .text import is_wordlike
 from .units import Document, Encoded, Kind, Passage, Span
 
@@ -61,8 +61,9 @@ class PropositionHead(nn.Module):
     of a text - a query, or the teacher's proposition - in the same space.
 
     With a query map the student's output is a residual on the projected
-    in-context mean of the proposition's last-layer states: untrained, the
-    head is mask pooling seen through the teacher's projection."""
+    in-context means (the proposition's last-layer mean, plus
+    `sentence_weight` times its sentence's, as the teacher mixes them):
+    untrained, the head is mask pooling seen through the teacher's map."""
 
     def __init__(self, dim: int, hidden: int, out_dim: int, query_dim: int | None = None, sentence_weight: float = 0.0) -> None:
         super().__init__()
@@ -86,7 +87,8 @@ class PropositionHead(nn.Module):
 
     def embed(self, vectors: torch.Tensor) -> torch.Tensor:
         """Backbone mean vectors (queries, or texts alone) -> the shared space."""
-        assert self.query is not None, "a legacy head has no query map"
+        if self.query is None:
+            raise ValueError("this proposition head has no query map (a LoRA head: queries go through its MLP)")
         return nn.functional.normalize(self.query(nn.functional.normalize(vectors, dim=-1)), dim=-1)
 
 

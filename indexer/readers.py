@@ -16,6 +16,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import html
+import io
 import json
 import logging
 import re
@@ -73,6 +74,98 @@ _SNIFF_BYTES = 64 * 1024
 _BZ2_MAGIC = re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)")
 # Errors a damaged bz2/gzip stream raises while being read.
 _STREAM_ERRORS = (EOFError, OSError, zlib.error)
+
+
+class DamagedMembers(OSError):
+    """Raised on closing a bz2 file whose damaged members were stepped over:
+    (byte offset, error) per member lost."""
+
+    def __init__(self, members: list[tuple[int, str]]) -> None:
+        super().__init__(f"{len(members)} damaged bz2 member(s)")
+        self.members = members
+
+
+class _Bz2Members(io.RawIOBase):
+    """The decompressed bytes of a bz2 file, member by member.
+
+    Wikipedia's multistream dumps are thousands of bz2 streams of about 100
+    pages each, concatenated. A damaged member costs its own pages only:
+    reading steps to the next stream header after it and goes on, and
+    closing the file raises `DamagedMembers`, naming each member lost (the
+    reader has then yielded every record it could). A single-stream file
+    cut short is one damaged member, as before."""
+
+    _HEADER = re.compile(rb"BZh[1-9]1AY&SY")
+    _CHUNK = 1 << 16
+
+    def __init__(self, path: Path) -> None:
+        self._file = open(path, "rb")
+        self._chunks = self._decompressed()
+        self._pending = b""
+        self.damaged: list[tuple[int, str]] = []
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        while not self._pending:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._pending = chunk
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def close(self) -> None:
+        """Closing says what was lost: every reader reads inside `with`, so
+        the damage reaches it after the last record it could read."""
+        damaged, self.damaged = self.damaged, []
+        self._file.close()
+        super().close()
+        if damaged:
+            raise DamagedMembers(damaged)
+
+    def _decompressed(self) -> Iterator[bytes]:
+        member = position = 0  # where the current member starts; the next byte to feed
+        decompressor = bz2.BZ2Decompressor()
+        while True:
+            self._file.seek(position)
+            block = self._file.read(self._CHUNK)
+            if not block:
+                if position > member:
+                    self.damaged.append((member, "truncated: the file ends inside this member"))
+                return
+            try:
+                out = decompressor.decompress(block)
+            except (OSError, EOFError) as e:
+                self.damaged.append((member, str(e) or type(e).__name__))
+                member = position = self._next_header(member + 1)
+                if position < 0:
+                    return
+                decompressor = bz2.BZ2Decompressor()
+                continue
+            if out:
+                yield out
+            if decompressor.eof:
+                member = position = position + len(block) - len(decompressor.unused_data)
+                decompressor = bz2.BZ2Decompressor()
+            else:
+                position += len(block)
+
+    def _next_header(self, start: int) -> int:
+        """Offset of the first stream header at or after `start`; -1 if none."""
+        overlap = 9  # a header may straddle two chunks
+        while True:
+            self._file.seek(start)
+            block = self._file.read(self._CHUNK)
+            if len(block) < 10:
+                return -1
+            found = self._HEADER.search(block)
+            if found:
+                return start + found.start()
+            start += len(block) - overlap
 
 
 class _FileSkip(Exception):
@@ -238,6 +331,9 @@ def _read_file(path: Path, fmt: str, max_chars: int) -> Iterator[Record]:
         yield e.skip
     except ET.ParseError as e:
         yield Skip("unreadable", str(path), f"after {count} records: XML error: {e}")
+    except DamagedMembers as e:
+        for offset, error in e.members:
+            yield Skip("truncated_bz2", str(path), f"after {count} records: the bz2 member at byte {offset} is lost ({error})")
     except _STREAM_ERRORS as e:
         yield _broken_file(path, count, str(e) or type(e).__name__)
     log.debug("%s: %d records as %s", path, count, fmt)
@@ -273,7 +369,7 @@ def _open_binary(path: Path) -> BinaryIO:
     """Open a file for reading bytes, decompressing bz2 and gzip transparently."""
     compression = _compression(path)
     if compression == "bz2":
-        return bz2.open(path, "rb")
+        return io.BufferedReader(_Bz2Members(path))
     if compression == "gzip":
         return gzip.open(path, "rb")
     return open(path, "rb")
@@ -514,7 +610,9 @@ def _read_mediawiki(path: Path, max_chars: int) -> Iterator[Record]:
 
     Each `<page>...</page>` is cut from the byte stream and parsed on its own
     (in XML text a literal "<page>" is escaped, so the tags are unambiguous),
-    so one malformed page is one skip and the pages after it are still read."""
+    so one malformed page is one skip and the pages after it are still read;
+    a page that breaks off where another begins (what a damaged member of a
+    multistream dump leaves) is one skip too, and the next page is whole."""
     count = number = 0
     buffer, inside = b"", False
     with _open_binary(path) as f:
@@ -530,6 +628,14 @@ def _read_mediawiki(path: Path, max_chars: int) -> Iterator[Record]:
                 end = buffer.find(b"</page>")
                 if end < 0:
                     break
+                restart = buffer.rfind(b"<page>", 1, end)
+                if restart > 0:
+                    # A page broken off (a lost bz2 member) runs into the next: the
+                    # broken one is the skip, the next is read.
+                    count += 1
+                    yield Skip("malformed_xml", f"{path}#page {number}", "the page breaks off where another begins")
+                    buffer, number = buffer[restart:], number + 1
+                    continue
                 end += len(b"</page>")
                 page, buffer, inside = buffer[:end], buffer[end:], False
                 try:

@@ -109,22 +109,6 @@ def test_segmentation_measure_matches_one_to_one():
     assert prf == {"precision": 0.5, "recall": 0.5, "f1": 0.5}
 
 
-def test_supcon_prefers_positives_together_and_same_sentence_negatives_apart():
-    from encoders.training.proposition import supcon
-
-    labels = torch.tensor([0, 0, 1, 1])
-    good = torch.nn.functional.normalize(torch.tensor([[1.0, 0], [1, 0.05], [0, 1], [0.05, 1]]), dim=-1)
-    bad = good[[0, 2, 1, 3]]
-    assert supcon(good, labels, 0.05) < supcon(bad, labels, 0.05)
-    # Restricted to its own group, a negative from another group no longer counts.
-    near = torch.nn.functional.normalize(torch.tensor([[1.0, 0], [0.6, 0.8], [1, 0.01], [0, 1]]), dim=-1)
-    labels = torch.tensor([0, 0, 1, 1])
-    assert supcon(near, labels, 0.1, groups=torch.tensor([0, 0, 1, 1])) < supcon(near, labels, 0.1)
-    z = torch.nn.functional.normalize(torch.randn(6, 8), dim=-1).requires_grad_()
-    supcon(z, torch.tensor([0, 0, 1, 1, 2, 2]), 0.1).backward()
-    assert z.grad is not None and z.grad.abs().sum() > 0
-
-
 @pytest.fixture(scope="module")
 def tiny_encoder(tiny, tiny_dir, tmp_path_factory):
     """The distilled encoder's shape on the tiny backbone: a random student
@@ -143,7 +127,7 @@ def tiny_encoder(tiny, tiny_dir, tmp_path_factory):
 
 
 def test_encoder_shape_normalisation_determinism(tiny_encoder):
-    from encoders import Document, Passage
+    from encoders import Document
     from encoders.text import split_sentences
 
     text = "Mark Ruffalo is an American actor, born in Kenosha. He directed a film in 2010, which won a prize."
@@ -258,10 +242,10 @@ def test_frozen_feature_cache_round_trips_and_is_keyed_by_its_inputs(tiny_encode
 
 
 def test_distillation_step_lowers_the_loss(tiny_encoder, tmp_path):
-    from encoders import Document
-    from encoders.training.proposition import batches, featurize, info_nce, relational
-
     import random
+
+    from encoders import Document
+    from encoders.training.proposition import batches, distillation, featurize, relational
 
     texts = ["Kenosha is a city in Wisconsin, on the shore of Lake Michigan.", "The film won a prize, and its director was born in 1967.",
              "Paris is the capital of France and its largest city.", "He played for the club until 1998, when he retired."]
@@ -278,7 +262,7 @@ def test_distillation_step_lowers_the_loss(tiny_encoder, tmp_path):
         head.train()
         for _ in range(5):
             t = head.embed(full)
-            loss = info_nce(head(x), t, 0.1) + relational(t, full, 0.1)
+            loss = distillation(head(x), t, 0.1, 0.5) + relational(t, full, 0.1)
             opt.zero_grad()
             loss.backward()
             opt.step()

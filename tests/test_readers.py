@@ -4,6 +4,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -203,10 +204,13 @@ def test_truncated_bz2_ends_in_a_skip_and_reading_goes_on(tmp_path: Path) -> Non
     after = write_lines(tmp_path / "b.jsonl", [b'{"id": "next", "text": "Still read."}'])
     records = list(read_corpus([broken, after]))
     skips = [r for r in records if isinstance(r, Skip)]
-    assert len(skips) == 1 and skips[0].reason == "truncated_bz2"
+    # The line the data breaks off in is a malformed record naming its line;
+    # the lost rest of the stream is the truncated_bz2 skip after it.
+    assert [s.reason for s in skips] == ["malformed_json", "truncated_bz2"]
     n_before = records.index(skips[0])
     assert 0 < n_before < 20_000
-    assert skips[0].detail.startswith(f"after {n_before} records")
+    assert skips[0].source == f"{broken}:{n_before + 1}"
+    assert skips[1].detail.startswith(f"after {n_before + 1} records")
     assert [d.id for d in docs(records)][:n_before] == [str(i) for i in range(n_before)]
     assert records[-1].id == "next"
 
@@ -470,3 +474,61 @@ def test_one_malformed_page_in_a_real_dump_costs_that_page_only(tmp_path: Path, 
     assert bad == [2] and records[2].source.endswith("#page 3")
     kept = lambda rs: [(r.id if isinstance(r, Document) else r.reason) for i, r in enumerate(rs) if i != 2]
     assert kept(records) == kept(dump_records) and sum(isinstance(r, Document) for r in records) >= 100
+
+
+def test_a_damaged_member_of_a_multistream_bz2_costs_only_its_own_records(tmp_path: Path) -> None:
+    """Wikipedia's multistream dumps are many bz2 streams end to end: a
+    damaged one is one skip naming its byte offset, and the members after it
+    are still read. Here: three real WikiExtractor files as three members,
+    the middle one with bytes overwritten inside its data."""
+    parts = [(EXTRACTED / "AA" / f"wiki_0{i}.bz2").read_bytes() for i in range(3)]
+    alone = [docs(list(read_corpus([write_bytes(tmp_path / f"part{i}.bz2", p)], "wikiextractor"))) for i, p in enumerate(parts)]
+    middle = bytearray(parts[1])
+    middle[len(middle) // 2 : len(middle) // 2 + 64] = b"\xff" * 64
+    path = write_bytes(tmp_path / "multistream.bz2", parts[0] + bytes(middle) + parts[2])
+    records = list(read_corpus([path], "wikiextractor"))
+    skips = [r for r in records if isinstance(r, Skip)]
+    assert [(s.reason, s.source) for s in skips] == [("truncated_bz2", str(path))]
+    assert f"the bz2 member at byte {len(parts[0])} is lost" in skips[0].detail
+    ids = [d.id for d in docs(records)]
+    # Every document of the intact members is there, in order; of the damaged
+    # one, at most what was decoded before the damage.
+    first, last = [d.id for d in alone[0]], [d.id for d in alone[2]]
+    assert ids[: len(first)] == first and ids[-len(last):] == last
+    assert len(ids) < len(first) + len(alone[1]) + len(last)
+    # A file that is one member cut short still reads as before: one skip at the end.
+    cut = write_bytes(tmp_path / "cut.bz2", parts[0] + parts[1][: len(parts[1]) // 2])
+    records = list(read_corpus([cut], "wikiextractor"))
+    assert [d.id for d in docs(records)][: len(first)] == first
+    assert isinstance(records[-1], Skip) and f"member at byte {len(parts[0])} is lost (truncated" in records[-1].detail
+
+
+def write_bytes(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def test_a_damaged_member_of_a_multistream_dump_loses_only_its_pages(tmp_path: Path, dump_records: list[Record]) -> None:
+    """The real dump re-packed the way Wikipedia's multistream dumps are
+    (pages split into bz2 members at page boundaries), the middle member
+    damaged: its loss is one truncated_bz2 skip, the page it breaks off in is
+    one malformed_xml skip, and every page of the other members reads as in
+    the intact dump."""
+    (dump_file,) = DUMP_DIR.iterdir()
+    xml = bz2.decompress(dump_file.read_bytes())
+    cuts = [m.start() for m in re.finditer(rb"  <page>", xml)]
+    a, b = cuts[len(cuts) // 3], cuts[2 * len(cuts) // 3]
+    members = [bz2.compress(part) for part in (xml[:a], xml[a:b], xml[b:])]
+    damaged = bytearray(members[1])
+    damaged[len(damaged) * 3 // 4 : len(damaged) * 3 // 4 + 64] = b"\x00" * 64
+    path = write_bytes(tmp_path / "enwiki-multistream.xml.bz2", members[0] + bytes(damaged) + members[2])
+    records = list(read_corpus([path]))
+    skips = [r for r in records if isinstance(r, Skip) and r.reason not in ("redirect", "namespace")]
+    assert sorted(s.reason for s in skips) == ["malformed_xml", "truncated_bz2"]
+    assert f"the bz2 member at byte {len(members[0])} is lost" in next(s for s in skips if s.reason == "truncated_bz2").detail
+    whole = [d.id for d in docs(dump_records)]
+    got = [d.id for d in docs(records)]
+    first = [d.id for d in docs(list(read_corpus([write_bytes(tmp_path / "a.xml", xml[:a] + b"</mediawiki>")])))]
+    last = [d.id for d in docs(list(read_corpus([write_bytes(tmp_path / "c.xml", xml[:cuts[0]] + xml[b:])])))]
+    assert got[: len(first)] == first and got[-len(last):] == last and len(last) > 0
+    assert set(got) <= set(whole) and len(got) < len(whole)

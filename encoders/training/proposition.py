@@ -4,24 +4,27 @@ Nothing of the backbone trains, so the similarity geometry it was trained
 for is what the head learns to reproduce:
 
 - **Teacher**: the backbone's mean vector of a proposition's own text,
-  after its title (what `single` would index for it), put into 64 dims by
-  the head's query map, which starts as the principal components of the
-  teacher vectors and may then train with the student.
+  after its title (what `single` would index for it), mixed with its
+  sentence's mean in context (`--sentence-weight`), through the head's
+  query map: the centred principal components of the teacher vectors,
+  256 of them by default (`--train-query` lets the map move, held to the
+  full teacher's similarities by a relational term).
 - **Student**: the head over the proposition's in-context features (its
   mean states inside the sentence, and the sentence's), a residual on the
-  projected mean; it sees the sentence once, in the pass the segmenter
-  reads too.
-- **Loss**: InfoNCE from each student vector to its own teacher among the
-  teachers of the batch. A batch is whole sentences, so a proposition's
-  siblings - same context, other meaning - are always among the negatives.
-  A relational term keeps the projected teachers' similarities to one
-  another those of the 384-d teacher (the query map must not bend the
-  space that queries live in).
+  same mix of in-context means through the query map; it sees the sentence
+  once, in the pass the segmenter reads too.
+- **Loss**: 1 - cos(student, its teacher), since a query scores a
+  proposition by its cosine to the teacher's side, plus `--nce-weight`
+  times InfoNCE to its own teacher among the batch's (a batch is whole
+  sentences, so siblings - same context, other meaning - are negatives);
+  both again on the leading `--prefix` dimensions (Matryoshka, for
+  `proposition:dims=64`).
 
 Data: sentences of the Wikipedia training split (WikiExtractor files
 wiki_00..69), each after its article's title, segmented by the shipped
-segmenter; the held-out split (wiki_70..99) picks the epoch. Features are
-computed once and cached (`--cache`), so epochs are cheap on a CPU.
+segmenter; the held-out split (wiki_70..99) picks the epoch by the mean
+cosine of student to teacher. Features are computed once and cached
+(`--cache`), so an epoch costs seconds on a CPU.
 """
 from __future__ import annotations
 
@@ -38,11 +41,11 @@ import torch
 from tqdm.auto import tqdm
 
 from ..backbone import Backbone
-from ..proposition import PropositionEncoder, PropositionHead, feature_dim, mean_vectors, unit_text
+from ..proposition import PropositionEncoder, PropositionHead, feature_dim, mean_vectors
 from ..provenance import command_line, hardware, library_versions, save_weights, sha256_file
 from ..text import split_sentences
 from ..units import Document
-from .data import WIKI_EXTRACTED, wiki_articles, wiki_files
+from .data import wiki_articles, wiki_files
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +54,17 @@ log = logging.getLogger(__name__)
 # data
 
 
-def wiki_sentences(folder: str | Path, split: str, n: int, seed: int = 0, min_words: int = 5) -> list[Document]:
+def wiki_sentences(folder: str | Path, split: str, n: int, seed: int = 0, min_words: int = 5) -> tuple[list[Document], list[Path]]:
     """Up to `n` sentences of the split, each a Document with its article's
-    title: files in a seeded order, read until there are enough, then a
-    seeded sample."""
+    title (files in a seeded order, read until there are enough, then a
+    seeded sample), and the files read."""
     rng = random.Random(seed)
     files = wiki_files(folder, split)
     rng.shuffle(files)
     pool: list[Document] = []
+    read: list[Path] = []
     for path in files:
+        read.append(path)
         for article in wiki_articles(path, split):
             for s, (_, text) in enumerate(article.sections):
                 for a, b in split_sentences(text):
@@ -67,7 +72,7 @@ def wiki_sentences(folder: str | Path, split: str, n: int, seed: int = 0, min_wo
                         pool.append(Document(f"{article.id}:{s}:{a}", text[a:b], article.title, ((0, b - a),)))
         if len(pool) >= 3 * n:
             break
-    return rng.sample(pool, min(n, len(pool)))
+    return rng.sample(pool, min(n, len(pool))), read
 
 
 @dataclass
@@ -156,20 +161,6 @@ def relational(projected: torch.Tensor, full: torch.Tensor, tau: float) -> torch
     return torch.nn.functional.kl_div(logp, target, reduction="batchmean")
 
 
-def supcon(z: torch.Tensor, labels: torch.Tensor, tau: float, groups: torch.Tensor | None = None) -> torch.Tensor:
-    """Supervised contrastive loss (Khosla et al.) over L2-normalised rows:
-    rows with one label are positives of one another; with `groups`, only
-    rows of the same group count (negatives of the own sentence only)."""
-    sim = z @ z.T / tau
-    eye = torch.eye(len(z), dtype=torch.bool, device=z.device)
-    allowed = ~eye if groups is None else ~eye & (groups[:, None] == groups[None, :])
-    sim = sim.masked_fill(~allowed, -1e4)
-    positive = (labels[:, None] == labels[None, :]) & allowed
-    log_prob = sim - torch.logsumexp(sim, dim=1, keepdim=True)
-    has = positive.any(1)
-    return -(log_prob * positive).sum(1)[has].div(positive.sum(1)[has]).mean()
-
-
 def target(fs: FeatureSet, dim: int, sentence_weight: float) -> torch.Tensor:
     """The teacher vectors the student learns to produce: the proposition's
     own text alone, plus `sentence_weight` times its sentence's mean (the
@@ -243,8 +234,8 @@ def train_proposition(
 
     segmenter_sha = sha256_file(encoder.segmenter_path / "model.safetensors")
     meta = lambda split, n: {"backbone": bb.name, "layers": list(layers), "segmenter": segmenter_sha, "split": split, "sentences": n, "seed": seed}  # noqa: E731
-    train_docs = wiki_sentences(wiki, "train", sentences, seed)
-    val_docs = wiki_sentences(wiki, "heldout", heldout, seed)
+    train_docs, train_files = wiki_sentences(wiki, "train", sentences, seed)
+    val_docs, val_files = wiki_sentences(wiki, "heldout", heldout, seed)
     tr = cached_features(encoder, train_docs, cache / "train.npz" if cache else None, meta("train", len(train_docs)))
     va = cached_features(encoder, val_docs, cache / "heldout.npz" if cache else None, meta("heldout", len(val_docs)))
     log.info("proposition head: %d train / %d held-out propositions", len(tr.sentence), len(va.sentence))
@@ -302,8 +293,9 @@ def train_proposition(
         "segmenter": {"sha256": segmenter_sha},
         "command": command_line(),
         "data": {
-            "wikipedia": {"path": str(wiki), "train_files": [p.name for p in wiki_files(wiki, "train")][:1] + ["..."],
-                          "train_sentences": len(train_docs), "heldout_sentences": len(val_docs)},
+            "wikipedia": {"path": str(wiki), "train_sentences": len(train_docs), "heldout_sentences": len(val_docs),
+                          "train_files": {p.name: sha256_file(p) for p in train_files},
+                          "heldout_files": {p.name: sha256_file(p) for p in val_files}},
             "train_propositions": int(len(tr.sentence)), "heldout_propositions": int(len(va.sentence)),
         },
         "training": {"loss": "1 - cos(student, projected teacher) + nce_weight * InfoNCE (whole sentences per batch), at all and at the leading `prefix` dims"
