@@ -157,6 +157,7 @@ class PropositionEncoder(Encoder):
         self.segmenter_layers = last(read_weights(self.segmenter_path, "segmenter")[1].get("backbone_layers") or (-1,))
         self._segmenter: PairSegmenter | None = None
         self._segments: dict[str, list] = {}
+        self._column_cache: dict[tuple[int, ...], torch.Tensor] = {}
         if self.distilled:
             # One frozen pass serves both: the head's layers and the segmenter's, side by side.
             self.layers = tuple(sorted(set(self.head_layers) | set(self.segmenter_layers)))
@@ -191,10 +192,13 @@ class PropositionEncoder(Encoder):
             self._segmenter = PairSegmenter.load(self.segmenter_path, backbone=self.backbone)
         return self._segmenter
 
-    def _columns(self, layers: Sequence[int]) -> torch.Tensor:
-        """Where `layers` sit in the side-by-side states of this encoder's pass."""
-        d = self.backbone.dim
-        return torch.cat([torch.arange(self.layers.index(layer) * d, (self.layers.index(layer) + 1) * d) for layer in layers])
+    def _columns(self, layers: tuple[int, ...]) -> torch.Tensor:
+        """Where `layers` sit in the side-by-side states of this encoder's pass
+        (computed once per layer set: `pool` asks for each passage)."""
+        if layers not in self._column_cache:
+            d = self.backbone.dim
+            self._column_cache[layers] = torch.cat([torch.arange(self.layers.index(i) * d, (self.layers.index(i) + 1) * d) for i in layers])
+        return self._column_cache[layers]
 
     # -- the front door -------------------------------------------------------
     def encode(self, passages: Sequence[Passage], *, query: bool = False, progress: bool = False) -> list[Encoded]:

@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 from ..backbone import Backbone
 from ..proposition import PropositionEncoder, PropositionHead, feature_dim, mean_vectors
 from ..provenance import command_line, hardware, library_versions, save_weights, sha256_file
+from ..segment import spans_text
 from ..text import split_sentences
 from ..units import Document
 from .data import wiki_articles, wiki_files
@@ -111,7 +112,7 @@ def featurize(encoder: PropositionEncoder, docs: list[Document], progress: bool 
             groups, f = encoder.features(p, tokens)
             for g, row in zip(groups, f):
                 feats.append(row.numpy().astype(np.float16))
-                texts.append(" ".join(p.text[a:b] for a, b in g))
+                texts.append(spans_text(p.text, g))
                 titles.append(encoder.title_of(p.doc))
                 sentence.append(i)
     teacher = mean_vectors(encoder.backbone, texts, titles, 2 * bs, progress)
