@@ -1,17 +1,24 @@
-"""`crossthought`: short sequences read through N special-token slots.
+"""`crossthought`: short sequences read through N slots.
 
 Cross-Thought (Wang et al., 2020). Text is cut into contiguous sequences of
-at most 64 tokens; N new slot embeddings are put in front of each and the
-backbone encodes every sequence on its own. The slots' final states E (N, d)
-are the sequence's embedding.
+at most 64 tokens (each after its document's title); N slot embeddings read
+each sequence on its own, and their final states E (N, d) are the sequence's
+embedding.
+
+The slots read a frozen backbone (`CrossThoughtModel`): they pass through
+its layers with its own weights, attending to the words, while no word
+attends to them. The backbone's geometry is never touched, its word states
+are exactly the ones `single` pools, and one backbone pass gives both.
 
 Pre-training (`propdex train crossthought`) sends slot n of every sequence in
 a sample through one cross-sequence Transformer layer, in which slot n
 attends only to slot n of the *other* sequences; a top layer over
-[cross-slot outputs; the sequence's word states] predicts masked words. Words
-a short sequence cannot recover from itself must come through the slots of
-its neighbours, which is what trains the slots to carry meaning and the
-cross layer's W^Q, W^K to find the right neighbour.
+[cross-slot outputs; the sequence's word states] predicts masked words.
+Words a short sequence cannot recover from itself must come through the
+slots of its neighbours, which is what trains the slots to carry meaning and
+the cross layer's W^Q, W^K to find the right neighbour. A second term
+distils the backbone's own ranking of the sample's sequences into those
+attention logits, so they rank the way the geometry they read does.
 
 Retrieval uses that attention directly. The logit of query q against
 sequence c for slot n and head h is <W^Q_h E_q[n] + b_h, W^K_h E_c[n]> / sqrt(d_h),
@@ -19,14 +26,14 @@ so a sequence is stored as its N*H key blocks side by side and a query as
 its N*H (scaled) query blocks: their inner product is the sum of the logits,
 an exact inner-product search in FAISS. Stage 2 re-scores the candidates by
 the paper's alpha, the softmax over candidates averaged over heads and slots
-(`retriever.scoring.attention`). The control model (masked LM only, no cross
-layer) has no W^Q, W^K; it is scored by the cosine of its slot states,
-averaged over slots, as the paper scores its MLM baselines.
+(`retriever.scoring.attention`), or (`score=dot`) by the summed logits. The
+control model (masked LM only, no cross layer) has no W^Q, W^K; it is scored
+by the cosine of its slot states, averaged over slots, as the paper scores
+its MLM baselines.
 """
 from __future__ import annotations
 
 import bisect
-import copy
 import math
 from pathlib import Path
 from typing import Any
@@ -36,7 +43,7 @@ import torch
 from torch import nn
 
 from . import weights_path
-from .adapters import adapt, adapter_stages, layer_stack, lora_config, lora_state, merged_stages
+from .adapters import adapter_stages, layer_stack, merged_stages
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, _n_specials
 from .provenance import read_weights, verified_sha256
@@ -44,6 +51,8 @@ from .units import Document, Encoded, Kind, Passage
 
 SEQUENCE_TOKENS = 64
 DEFAULT_WEIGHTS = "crossthought-5"
+# The weights of the inline LoRA design, shipped under these names before the frozen reader.
+LEGACY_PREFIX = "crossthought-lora-"
 
 
 def cut_sequences(word_start: np.ndarray, length: int = SEQUENCE_TOKENS) -> list[tuple[int, int]]:
@@ -173,50 +182,139 @@ class MaskedWordHead(nn.Module):
         return self.transform(out[where]) @ self._words[0].weight.detach().T + self.bias
 
 
-class CrossThoughtModel(nn.Module):
-    """Backbone (private copy, LoRA on the upper layers) + N slot embeddings +
-    cross layer (None: the masked-LM control) + masked-word head."""
+class LowRank(nn.Module):
+    """A low-rank update x -> B(A(x)); B starts at zero, so a layer with it
+    starts as the layer without it."""
 
-    def __init__(self, model: nn.Module, slots: int, cross: bool = True, lora: int = 8, ffn: int | None = None,
-                 lora_layers: list[int] | None = None, private: bool = False, init_token: int | None = None) -> None:
+    def __init__(self, dim_in: int, dim_out: int, rank: int) -> None:
+        super().__init__()
+        self.a = nn.Linear(dim_in, rank, bias=False)
+        self.b = nn.Linear(rank, dim_out, bias=False)
+        nn.init.normal_(self.a.weight, std=dim_in ** -0.5)
+        nn.init.zeros_(self.b.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))
+
+
+# The projections of a BERT layer the slots' own path adapts.
+SLOT_PATH = ("attention.self.query", "attention.output.dense", "intermediate.dense", "output.dense")
+
+
+def slot_path_adapters(layers: nn.ModuleList, rank: int) -> nn.ModuleList:
+    """Per layer, a `LowRank` beside each projection of `SLOT_PATH`: they
+    change how the slots read, never what the words are."""
+    return nn.ModuleList(
+        nn.ModuleDict({name.replace(".", "_"): LowRank(m.in_features, m.out_features, rank)
+                       for name in SLOT_PATH for m in [layer.get_submodule(name)]})
+        for layer in layers
+    )
+
+
+def read_layer(layer: nn.Module, slots: torch.Tensor, words: torch.Tensor, padding: torch.Tensor,
+               adapters: nn.ModuleDict | None = None) -> torch.Tensor:
+    """One frozen BERT layer applied to the slots alone: slot queries attend
+    over [slots; words] with the layer's own weights (plus, on the slots'
+    path only, `adapters`), and nothing attends to the slots, so the words'
+    states stay exactly the backbone's."""
+    def project(name: str, x: torch.Tensor) -> torch.Tensor:
+        out = layer.get_submodule(name)(x)
+        return out + adapters[name.replace(".", "_")](x) if adapters is not None else out
+
+    attn = layer.attention.self
+    heads, size = attn.num_attention_heads, attn.attention_head_size
+    both = torch.cat([slots, words], 1)
+    split = lambda x: x.unflatten(-1, (heads, size)).transpose(1, 2)  # noqa: E731
+    attend = torch.cat([padding.new_zeros(padding.shape[0], slots.shape[1]), padding], 1)
+    context = nn.functional.scaled_dot_product_attention(
+        split(project("attention.self.query", slots)), split(attn.key(both)), split(attn.value(both)),
+        attn_mask=~attend[:, None, None, :],
+    ).transpose(1, 2).flatten(2)
+    # BertSelfOutput, BertIntermediate and BertOutput, without dropout (the backbone is frozen).
+    mixed = layer.attention.output.LayerNorm(project("attention.output.dense", context) + slots)
+    inner = layer.intermediate.intermediate_act_fn(project("intermediate.dense", mixed))
+    return layer.output.LayerNorm(project("output.dense", inner) + mixed)
+
+
+class CrossThoughtModel(nn.Module):
+    """N slot embeddings that read a frozen backbone + the cross layer (None:
+    the masked-LM control) + the masked-word head.
+
+    The slots enter below the first layer and pass through every layer of
+    the backbone with its own weights (`read_layer`), attending to the words
+    and to each other; the words never attend to the slots. The backbone is
+    never trained and its word states are exactly the ones `single` pools,
+    so the slots become learned readers of a geometry that stays intact, and
+    one backbone pass serves both. `inline=True` is the earlier design, kept
+    so indexes built with it still load: slots in front of the words, read
+    by them too, through a private copy of the backbone with LoRA adapters.
+    """
+
+    def __init__(self, model: nn.Module, slots: int, cross: bool = True, ffn: int | None = None,
+                 init_token: int | None = None, inline: bool = False, rank: int = 0, seed: int = 0) -> None:
         super().__init__()
         if slots < 1:
             raise ValueError(f"need at least one slot, got {slots}")
-        n_layers = len(layer_stack(model)[1])
-        self.n_slots, self.lora = slots, lora
-        self.lora_layers = lora_layers if lora_layers is not None else list(range(n_layers // 2, n_layers))
-        self.encoder = adapt(model, lora, self.lora_layers) if lora else model if private else copy.deepcopy(model)
-        for name, p in self.encoder.named_parameters():
-            p.requires_grad_("lora_" in name)
-        embeddings = layer_stack(self.encoder)[0]
+        self.n_slots, self.inline, self.rank = slots, inline, rank
+        self._backbone = (model,)  # not a submodule: never trained, moved or switched to train mode here
+        embeddings, layers = layer_stack(model)
         config = model.config
         dim, heads = int(config.hidden_size), int(config.num_attention_heads)
         self.ffn = ffn or dim
         # New embeddings near `init_token`'s ([CLS], whose state the backbone
         # already uses as a summary; default: the mean embedding), each nudged
-        # apart so the slots can specialise.
-        table = embeddings.word_embeddings.weight.detach()
-        start = table[init_token] if init_token is not None else table.mean(0)
-        self.slots = nn.Parameter(start.repeat(slots, 1) + 0.02 * torch.randn(slots, dim))
+        # apart so the slots can specialise. Seeded: the untrained start is
+        # a fixed model that loads by name.
+        noise = torch.randn(slots, dim, generator=torch.Generator().manual_seed(seed))
+        table = embeddings.word_embeddings.weight
+        token = torch.tensor([[init_token]], device=table.device) if init_token is not None else None
+        with torch.no_grad():
+            if inline:
+                start = table[init_token] if token is not None else table.mean(0)
+            else:
+                # A frozen reader's slot enters where the first layer reads:
+                # after the embedding layer's LayerNorm, as [CLS] at position 0 does.
+                start = embeddings(input_ids=token)[0, 0] if token is not None else embeddings.LayerNorm(table.mean(0))
+        start = start.float().cpu()
+        self.slots = nn.Parameter(start.repeat(slots, 1) + 0.1 * start.std() * noise)
+        # Seeded too (A is random): the untrained start is one fixed model.
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            self.adapters = slot_path_adapters(layers, rank) if rank and not inline else None
         self.cross = CrossLayer(dim, heads, self.ffn) if cross else None
         self.head = MaskedWordHead(embeddings.word_embeddings, heads, self.ffn)
+
+    @property
+    def backbone(self) -> nn.Module:
+        return self._backbone[0]
 
     @property
     def heads(self) -> int:
         return self.head.layer.self_attn.num_heads
 
     def states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(slot states (b, N, d), word states (b, L, d)) of tokenized sequences.
+        """(slot states (b, N, d), word states (b, L, d)) of tokenized sequences."""
+        if self.inline:
+            return self._inline_states(input_ids, attention_mask)
+        with torch.no_grad():
+            every = self.backbone(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=torch.zeros_like(input_ids),
+                                  output_hidden_states=True).hidden_states
+        padding = attention_mask == 0
+        slots = self.slots.to(every[0].dtype).expand(len(input_ids), -1, -1)
+        adapters = self.adapters if self.adapters is not None else [None] * len(every)
+        for layer, words, adapter in zip(layer_stack(self.backbone)[1], every, adapters):
+            slots = read_layer(layer, slots, words, padding, adapter)
+        return slots, every[-1]
 
-        The words keep the positions the backbone was trained with ([CLS] at
-        0); the slots sit in front at position 0, their learnt embeddings
-        telling them apart."""
+    def _inline_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # The words keep the positions the backbone was trained with ([CLS]
+        # at 0); the slots sit in front at position 0.
         b, n = input_ids.shape[0], self.n_slots
-        words = layer_stack(self.encoder)[0].word_embeddings(input_ids)
+        words = layer_stack(self.backbone)[0].word_embeddings(input_ids)
         inputs = torch.cat([self.slots.to(words.dtype).expand(b, -1, -1), words], 1)
         positions = torch.cat([torch.zeros(n, dtype=torch.long), torch.arange(input_ids.shape[1])]).to(input_ids.device)
         mask = torch.cat([attention_mask.new_ones(b, n), attention_mask], 1)
-        hidden = self.encoder(
+        hidden = self.backbone(
             inputs_embeds=inputs, attention_mask=mask, position_ids=positions.expand(b, -1),
             token_type_ids=torch.zeros_like(mask),
         ).last_hidden_state
@@ -231,9 +329,19 @@ class CrossThoughtModel(nn.Module):
         logits = self.head(mixed, words, attention_mask == 0, where)
         return nn.functional.cross_entropy(logits, labels[where])
 
+    def logits(self, queries: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        """(Mq, Mc) retrieval logits of query slot states (Mq, N, d) against
+        candidates' (Mc, N, d): stage 1's inner product of the stored vectors,
+        the cross layer's attention logits summed over heads and slots (the
+        control: the mean over slots of their cosines)."""
+        if self.cross is None:
+            q, c = (nn.functional.normalize(x, dim=-1) for x in (queries, candidates))
+            return torch.einsum("and,bnd->ab", q, c) / self.n_slots
+        return torch.einsum("anhe,bnhe->ab", self.cross.queries(queries), self.cross.keys(candidates))
+
     def head_state(self) -> dict[str, torch.Tensor]:
-        """Slots, cross layer and masked-word head (adapters: `adapters.lora_state`)."""
-        return {k: v.detach().cpu() for k, v in self.state_dict().items() if not k.startswith("encoder.")}
+        """Slots, cross layer and masked-word head: everything that trains."""
+        return {k: v.detach().cpu() for k, v in self.state_dict().items()}
 
 
 def mask_words(input_ids: torch.Tensor, maskable: torch.Tensor, mask_id: int, vocab: int, rate: float = 0.15,
@@ -254,48 +362,72 @@ def mask_words(input_ids: torch.Tensor, maskable: torch.Tensor, mask_id: int, vo
 def crossthought_weights(model: CrossThoughtModel, backbone: str, length: int) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """What `load_crossthought` reads back: the slots and W^Q, W^K in float32
     (they make the vectors), the rest of the cross layer and the masked-word
-    head in float16 (only training reads them), the adapters as one stage
-    under "lora."."""
+    head in float16 (only training reads them)."""
     exact = ("slots", "cross.q.weight", "cross.q.bias", "cross.k.weight")
-    state = {k: (v if k in exact else v.half()) for k, v in model.head_state().items()}
-    state.update({f"lora.{k}": v for k, v in lora_state(model.encoder).items()})
+    state = {k: (v if k in exact or k.startswith("adapters.") else v.half()) for k, v in model.head_state().items()}
     config = {
-        "backbone": backbone, "slots": model.n_slots, "sequence_tokens": length, "cross": model.cross is not None,
-        "heads": model.heads, "ffn": model.ffn,
-        "adapters": [lora_config(model.lora, model.lora_layers) | {"prefix": "lora.", "stage": "cross-thought"}] if model.lora else [],
+        "backbone": backbone, "reader": "frozen", "slots": model.n_slots, "slot_path_rank": model.rank, "sequence_tokens": length,
+        "cross": model.cross is not None, "heads": model.heads, "ffn": model.ffn,
     }
     return state, config
 
 
+UNTRAINED = "untrained"  # weights=untrained[-N]: the seeded start training begins from
+
+
+def untrained(model: nn.Module, tokenizer: Any, slots: int = 5) -> tuple[CrossThoughtModel, dict[str, Any]]:
+    """The model `propdex train crossthought --slots N` starts from, built
+    from its seed: what training added is measured against it."""
+    ct = CrossThoughtModel(model, slots, init_token=tokenizer.cls_token_id or tokenizer.bos_token_id)
+    config = {"backbone": None, "reader": "frozen", "slots": slots, "sequence_tokens": SEQUENCE_TOKENS, "cross": True,
+              "heads": ct.heads, "ffn": ct.ffn}
+    return ct.eval(), config
+
+
 def load_crossthought(path: str | Path, model: nn.Module) -> tuple[CrossThoughtModel, dict[str, Any]]:
-    """The trained model, its adapters merged into a private copy of `model`."""
+    """The trained model on `model` (weights of the earlier inline design:
+    their adapters merged into a private copy of it)."""
     state, config = read_weights(path, "Cross-Thought weights", "train them with `propdex train crossthought`")
-    stages = adapter_stages(config)
+    inline = config.get("reader") != "frozen"
+    stages = adapter_stages(config) if inline else []
     base = merged_stages(model, stages, state, path) if stages else model
-    ct = CrossThoughtModel(base, config["slots"], cross=config["cross"], lora=0, ffn=config["ffn"], private=bool(stages))
-    heads = {k: v.float() for k, v in state.items() if not k.startswith("lora.")}
-    result = ct.load_state_dict(heads, strict=False)
-    if [k for k in result.missing_keys if not k.startswith("encoder.")] or result.unexpected_keys:
+    ct = CrossThoughtModel(base, config["slots"], cross=config["cross"], ffn=config["ffn"], inline=inline, rank=config.get("slot_path_rank", 0))
+    result = ct.load_state_dict({k: v.float() for k, v in state.items() if not k.startswith("lora.")}, strict=False)
+    if result.missing_keys or result.unexpected_keys:
         raise ValueError(f"{path}: Cross-Thought weights do not fit ({(result.missing_keys + result.unexpected_keys)[:3]})")
     return ct.eval(), config
 
 
 class CrossThoughtEncoder(Encoder):
     """One unit per short sequence; its vector is its N slots' key blocks
-    (queries: query blocks), or, for the control, its unit slot states / sqrt(N)."""
+    (queries: query blocks), or, for the control, its unit slot states / sqrt(N).
+
+    `score="alpha"` re-scores candidates by the paper's attention weight
+    (softmax over candidates, averaged over heads and slots); `score="dot"`
+    by the summed logits themselves, stage 1's inner product."""
 
     name = "crossthought"
     kind = Kind.SLOT
 
     def __init__(self, backbone: Backbone, batch_size: int = 32, weights: str = DEFAULT_WEIGHTS,
-                 weights_sha256: str | None = None) -> None:
+                 weights_sha256: str | None = None, score: str = "alpha") -> None:
         super().__init__(backbone, batch_size)
-        self.weights_name = weights
-        self.path = weights_path(weights)
-        self.ct, self.ct_config = load_crossthought(self.path, backbone.model)
-        if self.ct_config["backbone"] != backbone.name and not Path(weights).is_dir():
-            raise ValueError(f"the packaged Cross-Thought weights were trained on {self.ct_config['backbone']}, not {backbone.name}")
-        self.weights_sha256 = verified_sha256(self.path, weights_sha256)
+        if score not in ("alpha", "dot"):
+            raise ValueError(f"crossthought score must be alpha or dot, got {score!r}")
+        self.weights_name, self.score = str(weights), score
+        name = self.weights_name
+        if name == UNTRAINED or name.startswith(UNTRAINED + "-"):
+            slots = int(name.split("-", 1)[1]) if "-" in name else 5
+            self.ct, self.ct_config = untrained(backbone.model, backbone.tokenizer, slots)
+            self.weights_sha256 = None
+        else:
+            if weights_sha256 is not None and (legacy := _legacy(name, weights_sha256)) is not None:
+                name = legacy  # an index built while the inline LoRA weights had this name
+            self.path = weights_path(name)
+            self.ct, self.ct_config = load_crossthought(self.path, backbone.model)
+            if self.ct_config["backbone"] != backbone.name and not Path(name).is_dir():
+                raise ValueError(f"the packaged Cross-Thought weights were trained on {self.ct_config['backbone']}, not {backbone.name}")
+            self.weights_sha256 = verified_sha256(self.path, weights_sha256)
         self.ct.to(backbone.device)
         self.length = int(self.ct_config["sequence_tokens"])
         self.prefix = self.ct.n_slots
@@ -306,14 +438,15 @@ class CrossThoughtEncoder(Encoder):
 
     @property
     def attention_blocks(self) -> int:
-        return self.ct.n_slots * self.ct.heads if self.ct.cross is not None else 0
+        return self.ct.n_slots * self.ct.heads if self.ct.cross is not None and self.score == "alpha" else 0
 
     @property
     def max_length(self) -> int:
         return self.length + _n_specials(self.backbone)
 
     def options(self) -> dict[str, Any]:
-        return {"weights": self.weights_name, "weights_sha256": self.weights_sha256}
+        options = {"weights": self.weights_name, "weights_sha256": self.weights_sha256}
+        return options | ({"score": self.score} if self.score != "alpha" else {})
 
     def passages(self, doc: Document) -> list[Passage]:
         return sequence_passages(doc, self.backbone, self.length)
@@ -337,3 +470,14 @@ class CrossThoughtEncoder(Encoder):
         assert tokens.slots is not None
         unit = SentenceLocator(passage.doc).unit([(passage.start, passage.end)], Kind.SLOT)
         return Encoded(self.vectors(tokens.slots[None], query=query), [unit])
+
+
+def _legacy(name: str, sha256: str) -> str | None:
+    """The renamed inline weights (`crossthought-lora-*`) an old index recorded as `name`."""
+    if not name.startswith("crossthought-") or name.startswith(LEGACY_PREFIX):
+        return None
+    path = weights_path(LEGACY_PREFIX + name[len("crossthought-"):])
+    try:
+        return path.name if path.is_dir() and verified_sha256(path) == sha256 else None
+    except OSError:
+        return None

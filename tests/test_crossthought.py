@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from encoders import Document, Kind, load_encoder
+from encoders.base import tokenize
 from encoders.crossthought import (
     CrossLayer, CrossThoughtModel, crossthought_weights, cut_sequences, load_crossthought, mask_words, sequence_passages,
 )
 from encoders.provenance import save_weights
-from encoders.training.crossthought import samples, section_runs, tensors
+from encoders.training.crossthought import Objective, distillation, maxsim, samples, section_runs, spans, tensors
 from indexer.build import IndexWriter
 from retriever import Searcher, scoring
 
@@ -103,46 +104,118 @@ def test_masking_picks_about_15_percent_of_words_and_never_a_special():
 
 
 @pytest.mark.parametrize("control", [False, True])
-def test_masked_lm_loss_goes_down_on_a_tiny_run(tiny, control):
+def test_training_lowers_the_objective_and_leaves_the_backbone_bit_identical(tiny, control):
     torch.manual_seed(0)
-    model = CrossThoughtModel(tiny.model, slots=2, cross=not control, lora=4)
+    frozen = {k: v.clone() for k, v in tiny.model.state_dict().items()}
+    model = CrossThoughtModel(tiny.model, slots=2, cross=not control, init_token=tiny.tokenizer.cls_token_id, rank=4)
     assert (model.cross is None) == control
-    runs = section_runs(tiny.tokenizer, TEXT * 3, length=16, run=4)
-    batch = next(samples(runs, 12))
-    fixed = tensors(tiny.tokenizer, batch, 0.15, torch.Generator().manual_seed(0))
+    # Nothing of the backbone is a parameter of the model: it cannot be trained, saved or moved from here.
+    assert not any(p is q for p in model.parameters() for q in tiny.model.parameters())
+    tiny.model.requires_grad_(False)
+    runs = section_runs(tiny.tokenizer, TEXT * 3, length=16, run=4, title="Photosynthesis")
+    sample = next(samples(runs, 12))
+    objective = Objective(model, tiny.tokenizer, rate=0.15, distill=0.0 if control else 1.0, device=torch.device("cpu"))
     params = [p for p in model.parameters() if p.requires_grad]
-    assert not any(p.requires_grad for n, p in model.encoder.named_parameters() if "lora_" not in n)
     opt = torch.optim.AdamW(params, lr=3e-2)
     model.train()
     losses = []
     for _ in range(30):
-        loss = model.masked_lm_loss(*fixed)
+        loss, parts = objective(sample, torch.Generator().manual_seed(0))
+        assert ("kd" in parts) != control
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
     assert np.mean(losses[-5:]) < np.mean(losses[:3]) - 1.0  # nats
+    after = tiny.model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in frozen.items())
+
+
+def test_slot_path_adapters_start_as_no_change_and_never_touch_the_words(tiny):
+    enc = tiny.tokenizer(["a short sequence", "another one, longer than that"], padding=True, return_tensors="pt")
+    plain = CrossThoughtModel(tiny.model, slots=3, init_token=tiny.tokenizer.cls_token_id)
+    adapted = CrossThoughtModel(tiny.model, slots=3, init_token=tiny.tokenizer.cls_token_id, rank=4)
+    with torch.no_grad():
+        start, words = plain.states(enc["input_ids"], enc["attention_mask"])
+        assert torch.allclose(adapted.states(enc["input_ids"], enc["attention_mask"])[0], start, atol=1e-6)
+        for lowrank in adapted.adapters.modules():
+            if hasattr(lowrank, "b"):
+                lowrank.b.weight.normal_()
+        moved, same_words = adapted.states(enc["input_ids"], enc["attention_mask"])
+    assert not torch.allclose(moved, start, atol=1e-3)
+    assert torch.equal(same_words, words)
+
+
+def test_distillation_is_zero_exactly_when_the_student_ranks_like_the_teacher():
+    torch.manual_seed(0)
+    vectors = torch.nn.functional.normalize(torch.randn(6, 8), dim=-1)
+    teacher = vectors @ vectors.T
+    same = teacher / 0.05
+    itself = torch.eye(6, dtype=torch.bool)
+    for exclude in (None, itself):
+        assert distillation(same, teacher, exclude=exclude).item() == pytest.approx(0, abs=1e-5)
+        assert distillation(same + 3.0, teacher, exclude=exclude).item() == pytest.approx(0, abs=1e-5)  # a shift changes no ranking
+        assert distillation(-same, teacher, exclude=exclude).item() > 1.0
+        assert distillation(torch.zeros(6, 6), teacher, exclude=exclude).item() > 0.1
+    # Excluded pairs weigh nothing, whatever the student says about them.
+    assert distillation(same.masked_fill(itself, 99.0), teacher, exclude=itself).item() == pytest.approx(0, abs=1e-5)
+
+
+def test_maxsim_teacher_is_late_interaction_over_content_tokens():
+    torch.manual_seed(0)
+    q, c = torch.randn(2, 4, 8), torch.randn(3, 5, 8)
+    qc = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    cc = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 1, 0, 0, 0]], dtype=torch.bool)
+    got = maxsim(q, qc, c, cc)
+    unit = lambda x: torch.nn.functional.normalize(x, dim=-1)  # noqa: E731
+    for a in range(2):
+        for b in range(3):
+            want = np.mean([max(float(unit(q[a, i]) @ unit(c[b, j])) for j in range(5) if cc[b, j]) for i in range(4) if qc[a, i]])
+            assert got[a, b].item() == pytest.approx(want, abs=1e-5)
 
 
 def test_runs_are_consecutive_sequences_and_samples_never_split_a_run(tiny):
-    runs = section_runs(tiny.tokenizer, TEXT, length=8, run=4)
-    flat = [t for r in runs for s in r for t in s]
+    runs = section_runs(tiny.tokenizer, TEXT, length=8, run=4, title="Photosynthesis")
+    flat = [t for r in runs for _, s in r for t in s]
     assert flat == tiny.tokenizer(TEXT, add_special_tokens=False)["input_ids"][: len(flat)]
     assert all(2 <= len(r) <= 4 for r in runs)
+    assert {tuple(t) for r in runs for t, _ in r} == {tuple(tiny.tokenizer("Photosynthesis", add_special_tokens=False)["input_ids"])}
     stream = samples(runs, 6)
     for _ in range(5):
-        batch = next(stream)
-        assert 2 <= len(batch) <= 6
+        sample = next(stream)
+        assert 2 <= sum(map(len, sample)) <= 6 and all(r in runs for r in sample)
+
+
+def test_training_tensors_are_what_the_encoder_feeds_the_backbone(tiny):
+    """A training sequence is tokenized exactly as the index tokenizes it
+    (title pair, specials), and only the sequence's own tokens are maskable."""
+    runs = section_runs(tiny.tokenizer, TEXT, length=8, run=3, title="Photosynthesis")
+    sample = runs[:2]
+    ids, attention, maskable, content, run = tensors(tiny.tokenizer, sample)
+    assert run.tolist() == [r for r, x in enumerate(sample) for _ in x]
+    for i, (title, seq) in enumerate(s for r in sample for s in r):
+        text, name = tiny.tokenizer.decode(seq), tiny.tokenizer.decode(title)
+        enc, _, special, is_title = tokenize(tiny.tokenizer, [text], [name], 64)
+        n = int(attention[i].sum())
+        assert ids[i, :n].tolist() == enc["input_ids"][0].tolist()
+        assert maskable[i, :n].tolist() == (~special[0]).tolist()
+        assert content[i, :n].tolist() == (~special[0] | is_title[0]).tolist()
+    # A span query: some of a sequence's own tokens, alone, between the specials.
+    q_ids, q_attention, q_content = spans(tiny.tokenizer, ids, maskable, shortest=2, longest=4, generator=torch.Generator().manual_seed(0))
+    for i in range(len(ids)):
+        own = ids[i][maskable[i]].tolist()
+        words = q_ids[i][q_content[i]].tolist()
+        assert 2 <= len(words) <= 4 and any(own[j : j + len(words)] == words for j in range(len(own)))
+        assert q_ids[i, 0] == tiny.tokenizer.cls_token_id and int(q_attention[i].sum()) == len(words) + 2
 
 
 @pytest.fixture()
 def ct_dir(tiny, tiny_dir, tmp_path):
     torch.manual_seed(0)
-    model = CrossThoughtModel(tiny.model, slots=3, lora=2)
+    model = CrossThoughtModel(tiny.model, slots=3, init_token=tiny.tokenizer.cls_token_id, rank=2)
     with torch.no_grad():
         for p in model.parameters():
-            if p.requires_grad:
-                p.add_(0.1 * torch.randn_like(p))  # non-trivial weights, to see them come back
+            p.add_(0.1 * torch.randn_like(p))  # non-trivial weights, to see them come back
     state, config = crossthought_weights(model, str(tiny_dir), 16)
     save_weights(state, tmp_path / "ct", config)
     return tmp_path / "ct", model.eval()
@@ -156,8 +229,8 @@ def test_saved_weights_load_back_to_the_same_slots(tiny, ct_dir):
         want = model.states(enc["input_ids"], enc["attention_mask"])[0]
         got = loaded.states(enc["input_ids"], enc["attention_mask"])[0]
     assert config["slots"] == 3 and got.shape == (2, 3, 32)
-    # Adapters are merged and the head is stored in float16; the slots and W^Q, W^K are exact.
-    assert torch.allclose(got, want, atol=1e-4)
+    # The head is stored in float16; the slots and W^Q, W^K, which make the vectors, are exact.
+    assert torch.equal(got, want)
     assert torch.equal(loaded.cross.k.weight, model.cross.k.weight)
 
 
@@ -182,6 +255,18 @@ def test_encoder_gives_one_unit_of_n_slot_blocks_per_sequence(tiny, ct_dir):
         (q,) = encoder.encode_queries([passages[0].text])
         assert np.allclose(q.vectors, encoder.ct.cross.queries(slots).flatten(1).numpy(), atol=1e-5)
     assert encoder.config()["weights_sha256"]
+
+
+def test_the_untrained_start_loads_by_name_and_is_the_seeded_model_training_begins_from(tiny):
+    a = load_encoder("crossthought", backbone=tiny, weights="untrained-3")
+    b = load_encoder("crossthought", backbone=tiny, weights="untrained-3")
+    start = CrossThoughtModel(tiny.model, slots=3, init_token=tiny.tokenizer.cls_token_id)
+    assert a.ct.n_slots == 3 and a.config()["weights"] == "untrained-3" and a.config()["weights_sha256"] is None
+    assert torch.equal(a.ct.slots, b.ct.slots) and torch.equal(a.ct.slots, start.slots)
+    assert torch.equal(a.ct.cross.q.weight, torch.eye(32))  # W^Q = W^K = I: the backbone's own inner product
+    (qa,), (qb,) = a.encode_queries(["light energy"]), b.encode_queries(["light energy"])
+    assert np.array_equal(qa.vectors, qb.vectors)
+    assert load_encoder("crossthought", backbone=tiny, weights="untrained").ct.n_slots == 5
 
 
 @pytest.fixture()

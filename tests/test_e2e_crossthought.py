@@ -55,3 +55,40 @@ def test_control_weights_score_by_slot_cosine(minilm):
     assert control.attention_blocks == 0 and control.dim == 384
     (e,) = control.encode_queries(["Which city hosted the 1936 Summer Olympics?"])
     assert np.allclose(np.linalg.norm(e.vectors, axis=1), 1, atol=1e-5)
+
+
+def test_slots_read_their_own_sequence_and_leave_the_backbone_states_untouched(minilm):
+    """On real MiniLM: the words' states are exactly the backbone's own (no
+    word reads a slot), and a sequence's slots do not change with the other
+    sequences of the batch (they see only their own sequence)."""
+    import torch
+
+    encoder = load_encoder("crossthought", backbone=minilm)
+    texts = ["The Eiffel Tower is in Paris.", "Photosynthesis turns light into chemical energy in plants.", "Ada Lovelace wrote the first program."]
+    tok = minilm.tokenizer
+    together = tok(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        slots, words = encoder.ct.states(together["input_ids"], together["attention_mask"])
+        plain = minilm.model(**together).last_hidden_state
+        for i, text in enumerate(texts):
+            alone = tok([text], return_tensors="pt")
+            own, _ = encoder.ct.states(alone["input_ids"], alone["attention_mask"])
+            assert torch.allclose(own[0], slots[i], atol=1e-4)
+    real = together["attention_mask"].bool()
+    assert torch.allclose(words[real], plain[real], atol=1e-5)
+    assert slots.shape == (3, 5, 384)
+
+
+def test_an_index_built_with_the_inline_lora_weights_reopens_with_them(minilm):
+    """Before the frozen reader, `crossthought-5` named LoRA weights with the
+    slots inline; an index that recorded that name and its sha256 gets them."""
+    from encoders import encoder_from_config
+    from encoders.provenance import verified_sha256
+    from encoders import weights_path
+
+    sha = verified_sha256(weights_path("crossthought-lora-5"))
+    old = encoder_from_config({"name": "crossthought", "backbone": minilm.name, "dim": 1920, "weights": "crossthought-5",
+                               "weights_sha256": sha, "title": True}, backbone=minilm)
+    assert old.ct.inline and old.weights_sha256 == sha and old.config()["weights"] == "crossthought-5"
+    new = load_encoder("crossthought", backbone=minilm)
+    assert not new.ct.inline and new.weights_sha256 != sha

@@ -84,18 +84,19 @@ def add_commands(sub) -> None:
     d.add_argument("--device", default="auto")
     d.set_defaults(run=_docsplit)
 
-    c = tsub.add_parser("crossthought", help="Cross-Thought slots, cross-sequence layer and adapters by masked-word prediction on Wikipedia")
+    c = tsub.add_parser("crossthought", help="Cross-Thought slots reading the frozen backbone, cross-sequence layer, masked-word head, on Wikipedia")
     c.add_argument("--slots", type=int, default=5, help="N special-token slots per sequence")
     c.add_argument("--control", action="store_true", help="the control: same budget, no cross layer (masked LM on short sequences)")
     c.add_argument("--wiki", type=Path, default=Path(WIKI_EXTRACTED), help="WikiExtractor folder (wiki_00..69 train, 70..99 held out)")
     c.add_argument("--out", type=Path, help="default: encoders/weights/crossthought-N (control: crossthought-mlm-N)")
     c.add_argument("--backbone", help="default: the packaged all-MiniLM-L6-v2")
     c.add_argument("--length", type=int, default=64, help="tokens per short sequence")
-    c.add_argument("--lora", type=int, default=8, help="LoRA rank on the upper half's attention")
-    c.add_argument("--steps", type=int, default=200)
+    c.add_argument("--steps", type=int, default=600)
     c.add_argument("--batch", type=int, default=64, help="sequences per sample (the cross layer mixes them all)")
-    c.add_argument("--per-run", type=int, default=16, help="at most this many consecutive sequences of one section per run")
+    c.add_argument("--per-run", type=int, default=8, help="at most this many consecutive sequences of one section per run")
     c.add_argument("--lr", type=float, default=5e-4)
+    c.add_argument("--rank", type=int, default=16, help="rank of the adapters on the slots' own path through the frozen layers (0: none)")
+    c.add_argument("--distill", type=float, default=1.0, help="weight of the listwise distillation of the backbone's similarities (0: masked LM alone)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--device", default="auto")
     c.set_defaults(run=_crossthought)
@@ -148,8 +149,8 @@ def _crossthought(args) -> int:
 
     out = args.out or WEIGHTS / (f"crossthought-mlm-{args.slots}" if args.control else f"crossthought-{args.slots}")
     train_crossthought(
-        out, wiki=args.wiki, backbone=args.backbone, slots=args.slots, control=args.control, length=args.length, lora=args.lora,
-        steps=args.steps, batch=args.batch, run=args.per_run, lr=args.lr, seed=args.seed, device=args.device,
+        out, wiki=args.wiki, backbone=args.backbone, slots=args.slots, control=args.control, length=args.length,
+        steps=args.steps, batch=args.batch, run=args.per_run, lr=args.lr, distill=args.distill, rank=args.rank, seed=args.seed, device=args.device,
     )
     return 0
 

@@ -143,16 +143,16 @@ def wiki_articles(folder: str | Path = WIKI_EXTRACTED, split: str = "train") -> 
 T = TypeVar("T")
 
 
-def wiki_sample(folder: str | Path, split: str, n: int, items: Callable[[str], Iterable[T]], seed: int = 0) -> list[T]:
+def wiki_sample(folder: str | Path, split: str, n: int, items: Callable[[str, str], Iterable[T]], seed: int = 0) -> list[T]:
     """Up to `n` training items drawn from the split's section texts (`items`
-    turns one section's text into zero or more): files in a seeded order,
+    turns one section's text and its article's title into zero or more): files in a seeded order,
     read only until there are enough, then a seeded shuffle."""
     rng = random.Random(seed)
     files = wiki_files(folder, split)
     rng.shuffle(files)
     pool: list[T] = []
     for path in files:
-        pool.extend(item for article in wiki_articles(path, split) for _, text in article.sections for item in items(text))
+        pool.extend(item for article in wiki_articles(path, split) for _, text in article.sections for item in items(text, article.title))
         if len(pool) >= n:
             break
     rng.shuffle(pool)

@@ -104,7 +104,7 @@ class MeanSets(_Sets):
 def wiki_documents(folder: str | Path, n: int, min_sentences: int = 4, max_sentences: int = 10, seed: int = 0) -> list[list[str]]:
     """Up to `n` training documents: the first `max_sentences` sentences of
     sections with at least `min_sentences`."""
-    def document(text: str) -> list[list[str]]:
+    def document(text: str, _title: str) -> list[list[str]]:
         sentences = [text[a:b] for a, b in split_sentences(text)][:max_sentences]
         return [sentences] if len(sentences) >= min_sentences else []
 

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 def wiki_passages(folder: str | Path, split: str, n: int, max_words: int, seed: int = 0) -> list[str]:
     """Up to `n` passages of at most `max_words` words (each section packed into
     sentence chunks; chunks under 8 words dropped) from across the split."""
-    return wiki_sample(folder, split, n, lambda text: [c for c in packed_sentences(text, max_words) if len(c.split()) >= 8], seed)
+    return wiki_sample(folder, split, n, lambda text, _title: [c for c in packed_sentences(text, max_words) if len(c.split()) >= 8], seed)
 
 
 def reconstruction_loss(nugget: NuggetModel, decoder: NuggetDecoder, enc: dict[str, torch.Tensor], ratio: float,
