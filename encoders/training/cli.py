@@ -91,7 +91,7 @@ def add_commands(sub) -> None:
     c.add_argument("--out", type=Path, help="default: encoders/weights/crossthought-N (control: crossthought-mlm-N)")
     c.add_argument("--backbone", help="default: the packaged all-MiniLM-L6-v2")
     c.add_argument("--length", type=int, default=64, help="tokens per short sequence")
-    c.add_argument("--steps", type=int, default=600)
+    c.add_argument("--steps", type=int, default=400)
     c.add_argument("--batch", type=int, default=64, help="sequences per sample (the cross layer mixes them all)")
     c.add_argument("--per-run", type=int, default=8, help="at most this many consecutive sequences of one section per run")
     c.add_argument("--lr", type=float, default=5e-4)

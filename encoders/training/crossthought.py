@@ -186,7 +186,7 @@ def heldout(objective: Objective, batches: list[list[Run]]) -> dict[str, float]:
 
 def train_crossthought(
     out: Path, *, wiki: str | Path = WIKI_EXTRACTED, backbone: str | Backbone | None = None, slots: int = 5, control: bool = False,
-    length: int = SEQUENCE_TOKENS, steps: int = 600, batch: int = 64, run: int = 8, lr: float = 5e-4, distill: float = 1.0, rank: int = 16,
+    length: int = SEQUENCE_TOKENS, steps: int = 400, batch: int = 64, run: int = 8, lr: float = 5e-4, distill: float = 1.0, rank: int = 16,
     rate: float = 0.15, heldout_batches: int = 8, seed: int = 0, device: str = "auto",
 ) -> dict[str, Any]:
     started = time.time()
