@@ -40,7 +40,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nugget-weights", default="frozen",
                    help="nugget encoder: frozen (the backbone's own states, default), lora (the paper's trained model: AE + DocSplit), ae, or a weights directory")
     p.add_argument("--crossthought-weights", default="crossthought-5",
-                   help="crossthought encoder: crossthought-1|3|5 (N slots), crossthought-mlm-1 (the masked-LM control), "
+                   help="crossthought encoder: crossthought-3|5 (N slots), crossthought-mlm-1 (the masked-LM control), "
                         "untrained[-N] (the start training begins from), crossthought-lora-* (the earlier inline design), or a weights directory")
     p.add_argument("--limit", type=int, help="index at most N documents")
     p.add_argument("--no-title", action="store_true", help="leave documents' titles out of what the encoder and BM25 read")
