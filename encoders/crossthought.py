@@ -46,7 +46,7 @@ from . import weights_path
 from .adapters import adapter_stages, layer_stack, merged_stages
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, _n_specials
-from .provenance import read_weights, verified_sha256
+from .provenance import read_weights, recorded_weights, verified_sha256
 from .units import Document, Encoded, Kind, Passage
 
 SEQUENCE_TOKENS = 64
@@ -365,11 +365,15 @@ def crossthought_weights(model: CrossThoughtModel, backbone: str, length: int) -
     head in float16 (only training reads them)."""
     exact = ("slots", "cross.q.weight", "cross.q.bias", "cross.k.weight")
     state = {k: (v if k in exact or k.startswith("adapters.") else v.half()) for k, v in model.head_state().items()}
-    config = {
+    return state, model_config(model, backbone, length)
+
+
+def model_config(model: CrossThoughtModel, backbone: str | None, length: int) -> dict[str, Any]:
+    """What `load_crossthought` needs to rebuild a frozen reader's model."""
+    return {
         "backbone": backbone, "reader": "frozen", "slots": model.n_slots, "slot_path_rank": model.rank, "sequence_tokens": length,
         "cross": model.cross is not None, "heads": model.heads, "ffn": model.ffn,
     }
-    return state, config
 
 
 UNTRAINED = "untrained"  # weights=untrained[-N]: the seeded start training begins from
@@ -379,9 +383,7 @@ def untrained(model: nn.Module, tokenizer: Any, slots: int = 5) -> tuple[CrossTh
     """The model `propdex train crossthought --slots N` starts from, built
     from its seed: what training added is measured against it."""
     ct = CrossThoughtModel(model, slots, init_token=tokenizer.cls_token_id or tokenizer.bos_token_id)
-    config = {"backbone": None, "reader": "frozen", "slots": slots, "sequence_tokens": SEQUENCE_TOKENS, "cross": True,
-              "heads": ct.heads, "ffn": ct.ffn}
-    return ct.eval(), config
+    return ct.eval(), model_config(ct, None, SEQUENCE_TOKENS)
 
 
 def load_crossthought(path: str | Path, model: nn.Module) -> tuple[CrossThoughtModel, dict[str, Any]]:
@@ -421,9 +423,10 @@ class CrossThoughtEncoder(Encoder):
             self.ct, self.ct_config = untrained(backbone.model, backbone.tokenizer, slots)
             self.weights_sha256 = None
         else:
-            if weights_sha256 is not None and (legacy := _legacy(name, weights_sha256)) is not None:
-                name = legacy  # an index built while the inline LoRA weights had this name
             self.path = weights_path(name)
+            if name.startswith("crossthought-") and not name.startswith(LEGACY_PREFIX):
+                # An index built while the inline LoRA weights had this name.
+                self.path = recorded_weights(self.path, weights_path(LEGACY_PREFIX + name[len("crossthought-"):]), weights_sha256)
             self.ct, self.ct_config = load_crossthought(self.path, backbone.model)
             if self.ct_config["backbone"] != backbone.name and not Path(name).is_dir():
                 raise ValueError(f"the packaged Cross-Thought weights were trained on {self.ct_config['backbone']}, not {backbone.name}")
@@ -471,13 +474,3 @@ class CrossThoughtEncoder(Encoder):
         unit = SentenceLocator(passage.doc).unit([(passage.start, passage.end)], Kind.SLOT)
         return Encoded(self.vectors(tokens.slots[None], query=query), [unit])
 
-
-def _legacy(name: str, sha256: str) -> str | None:
-    """The renamed inline weights (`crossthought-lora-*`) an old index recorded as `name`."""
-    if not name.startswith("crossthought-") or name.startswith(LEGACY_PREFIX):
-        return None
-    path = weights_path(LEGACY_PREFIX + name[len("crossthought-"):])
-    try:
-        return path.name if path.is_dir() and verified_sha256(path) == sha256 else None
-    except OSError:
-        return None

@@ -46,7 +46,7 @@ from . import weights_path
 from .adapters import adapter_stages, merged_stages
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, _n_specials, cut_passages, hidden_states, span_pool, tokenize
-from .provenance import read_weights, verified_sha256
+from .provenance import read_weights, recorded_weights, verified_sha256
 from .segment import PairSegmenter, Proposition, word_spans, words, spans_text
 from .text import is_wordlike
 from .units import Document, Encoded, Kind, Passage, Span
@@ -130,7 +130,7 @@ class PropositionEncoder(Encoder):
         super().__init__(backbone, batch_size)
         from . import flag
 
-        if head == "default" and head_sha256 is not None and head_sha256 == _sha256_or_none(weights_path(LEGACY_HEAD)):
+        if head == "default" and recorded_weights(weights_path("proposition"), weights_path(LEGACY_HEAD), head_sha256).name == LEGACY_HEAD:
             head = LEGACY_HEAD  # an index built while the LoRA head was the default
         self.head_path = weights_path("proposition" if head == "default" else head)
         self.segmenter_path = weights_path("segmenter" if segmenter == "default" else segmenter)
@@ -318,10 +318,3 @@ def mean_vectors(backbone: Backbone, texts: Sequence[str], titles: Sequence[str]
         mask = enc["attention_mask"].unsqueeze(-1).float()
         out[idx] = (hidden * mask).sum(1) / mask.sum(1)
     return out
-
-
-def _sha256_or_none(path: Path) -> str | None:
-    try:
-        return verified_sha256(path)
-    except OSError:
-        return None

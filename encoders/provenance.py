@@ -33,6 +33,24 @@ def verified_sha256(weights: str | Path, expected: str | None = None) -> str:
     return sha
 
 
+def recorded_weights(current: str | Path, earlier: str | Path, recorded_sha256: str | None) -> Path:
+    """The weights an index recorded under a name whose weights were since
+    replaced: `earlier` (where they moved) when the recorded sha256 is
+    theirs and not `current`'s, else `current`. Only an index whose sha256
+    is not the current weights' pays for hashing the earlier ones."""
+    current, earlier = Path(current), Path(earlier)
+    if recorded_sha256 is None or _sha256_or_none(current) == recorded_sha256:
+        return current
+    return earlier if _sha256_or_none(earlier) == recorded_sha256 else current
+
+
+def _sha256_or_none(weights: Path) -> str | None:
+    try:
+        return verified_sha256(weights)
+    except OSError:
+        return None
+
+
 def library_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for name in ("propdex", "torch", "transformers", "peft", "faiss-cpu", "faiss-gpu", "numpy", "lmdb", "hnswlib"):

@@ -81,18 +81,23 @@ def tensors(tokenizer: Any, sample: list[Run]) -> tuple[torch.Tensor, ...]:
     sequences = [(t, s, r) for r, run in enumerate(sample) for t, s in run]
     head, middle, tail = specials(tokenizer)
     rows = [(head + t + middle if t else head, s, len(t)) for t, s, _ in sequences]
-    width = max(len(a) + len(s) for a, s, _ in rows) + len(tail)
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    attention = torch.zeros_like(ids)
+    ids, attention = padded(tokenizer, [before + seq + tail for before, seq, _ in rows])
     maskable = torch.zeros(ids.shape, dtype=torch.bool)
     content = torch.zeros_like(maskable)
     for i, (before, seq, title) in enumerate(rows):
-        row = before + seq + tail
-        ids[i, : len(row)] = torch.tensor(row)
-        attention[i, : len(row)] = 1
         maskable[i, len(before) : len(before) + len(seq)] = True
         content[i, len(head) : len(head) + title] = True
     return ids, attention, maskable, content | maskable, torch.tensor([r for *_, r in sequences])
+
+
+def padded(tokenizer: Any, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input ids, attention mask) of token-id rows padded to the longest."""
+    ids = torch.full((len(rows), max(map(len, rows))), tokenizer.pad_token_id, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row)
+        attention[i, : len(row)] = 1
+    return ids, attention
 
 
 def spans(tokenizer: Any, ids: torch.Tensor, maskable: torch.Tensor, shortest: int = 6, longest: int = 20,
@@ -107,13 +112,9 @@ def spans(tokenizer: Any, ids: torch.Tensor, maskable: torch.Tensor, shortest: i
         n = min(len(own), int(torch.randint(shortest, longest + 1, (1,), generator=generator)))
         start = int(torch.randint(0, len(own) - n + 1, (1,), generator=generator))
         rows.append(head + own[start : start + n] + tail)
-    width = max(map(len, rows))
-    out = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    attention = torch.zeros_like(out)
+    out, attention = padded(tokenizer, rows)
     content = torch.zeros(out.shape, dtype=torch.bool)
     for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row)
-        attention[i, : len(row)] = 1
         content[i, len(head) : len(row) - len(tail)] = True
     return out, attention, content
 
