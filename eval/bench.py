@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from encoders import encoder_from_config, load_encoder
-from indexer.build import IndexWriter, peak_rss_mb
-from indexer.manifest import library_versions, read_manifest
-from indexer.readers import read_corpus
-from retriever import Searcher
+from propdex.encoders import encoder_from_config, load_encoder
+from propdex.indexer.build import IndexWriter, peak_rss_mb
+from propdex.indexer.manifest import library_versions, read_manifest
+from propdex.indexer.readers import read_corpus
+from propdex.retriever import Searcher
 
 if TYPE_CHECKING:
-    from encoders import Backbone
+    from propdex.encoders import Backbone
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def add_commands(sub) -> None:
 def _run(args) -> int:
     import torch
 
-    from encoders.backbone import Backbone
+    from propdex.encoders.backbone import Backbone
 
     backbone = Backbone.load(device="cpu")
     index = args.index

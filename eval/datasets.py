@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from encoders.segment import spans_text, word_spans
-from encoders.training.data import WIKI
-from encoders.units import Document, Span
-from indexer.manifest import sha256_file
+from propdex.encoders.segment import spans_text, word_spans
+from propdex.encoders.training.data import WIKI
+from propdex.encoders.units import Document, Span
+from propdex.indexer.manifest import sha256_file
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class Task:
 def _read_corpus(paths: list[Path], format: str) -> tuple[list[Document], dict[str, int]]:
     """The indexer's reader's Documents, and its skips counted by reason."""
     # Imported lazily so the PropSegment loader does not depend on the indexer.
-    from indexer.readers import read_corpus
+    from propdex.indexer.readers import read_corpus
 
     docs: list[Document] = []
     skipped: Counter = Counter()

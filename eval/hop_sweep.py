@@ -3,7 +3,7 @@
 at even positions of the file (0-based) apart: choose on one half, check on
 the other.
 
-    python -m eval.hop_sweep ../shared/data/hotpotqa/hotpot_dev_distractor_600.json
+    python -m propdex.eval.hop_sweep ../shared/data/hotpotqa/hotpot_dev_distractor_600.json
 
 The tokens index under runs/index is reused when there.
 """
@@ -16,7 +16,7 @@ from .run import System, fuse_outcomes, load_task, run_bm25, run_encoder, second
 
 
 def main(path: str, work: Path = Path("runs/index")) -> None:
-    from encoders.backbone import Backbone
+    from propdex.encoders.backbone import Backbone
 
     task = load_task("hotpotqa", path, None)
     bm25 = run_bm25(task, System.parse("bm25"), "doc", 100)

@@ -1,7 +1,7 @@
 """Where HotpotQA AllGold@10 is lost: per question type, and whether a missed
 gold paragraph is one whose title the question names.
 
-    python -m eval.hotpot_misses ../shared/data/hotpotqa/hotpot_dev_distractor_600.json
+    python -m propdex.eval.hotpot_misses ../shared/data/hotpotqa/hotpot_dev_distractor_600.json
 
 Runs bm25, tokens and their RRF fusion as `propdex eval` does (the tokens
 index under runs/index is reused when there).
@@ -16,7 +16,7 @@ from .run import System, fuse_outcomes, load_task, run_bm25, run_encoder
 
 
 def main(path: str, work: Path = Path("runs/index")) -> None:
-    from encoders.backbone import Backbone
+    from propdex.encoders.backbone import Backbone
 
     task = load_task("hotpotqa", path, None)
     raw = {q["_id"]: q for q in json.loads(Path(path).read_text())}

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from encoders import WEIGHTS
-from encoders.text import is_wordlike
+from propdex.encoders import WEIGHTS
+from propdex.encoders.text import is_wordlike
 
 # English function words: determiners, pronouns, prepositions, conjunctions, auxiliaries.
 FUNCTION_WORDS = frozenset("""
@@ -47,9 +47,9 @@ def evaluate_reconstruction(folder: str | Path, ratios: list[float], weights: st
     except ImportError as e:
         raise ValueError("reconstruction BLEU needs sacrebleu: pip install -e '.[eval]'") from e
 
-    from encoders.backbone import Backbone
-    from encoders.nugget import load_nugget
-    from encoders.training.nugget import wiki_passages
+    from propdex.encoders.backbone import Backbone
+    from propdex.encoders.nugget import load_nugget
+    from propdex.encoders.training.nugget import wiki_passages
 
     bb = Backbone.load(device=device)
     nugget, decoder, config = load_nugget(weights, bb.model, with_decoder=True)

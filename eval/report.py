@@ -1,6 +1,6 @@
 """Render eval result JSON files as the markdown sections of eval/RESULTS.md.
 
-    python -m eval.report eval/results/scifact.json eval/results/hotpotqa.json ...
+    python -m propdex.eval.report eval/results/scifact.json eval/results/hotpotqa.json ...
 
 Each section: the exact command that produced the numbers, the commit and
 library versions it ran on, and the table `propdex eval` printed.

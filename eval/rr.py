@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from encoders import Document
-from encoders.text import split_sentences
-from encoders.training.data import wiki_articles
+from propdex.encoders import Document
+from propdex.encoders.text import split_sentences
+from propdex.encoders.training.data import wiki_articles
 
 from .bm25 import BM25Index
 from .run import System, system_encoder
@@ -99,7 +99,7 @@ def _document(id_: str, text: str) -> Document:
 
 
 def evaluate_rr(task: RRTask, systems: list[str], device: str = "auto") -> dict[str, Any]:
-    from encoders.backbone import Backbone
+    from propdex.encoders.backbone import Backbone
 
     backbone = None
     cache: dict[str, dict[str, np.ndarray]] = {}

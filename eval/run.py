@@ -25,19 +25,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from encoders import Document, flag, load_encoder
-from indexer.build import IndexWriter
-from indexer.lexical import BM25, document_text
-from indexer.manifest import library_versions
-from retriever import Searcher
+from propdex.encoders import Document, flag, load_encoder
+from propdex.indexer.build import IndexWriter
+from propdex.indexer.lexical import BM25, document_text
+from propdex.indexer.manifest import library_versions
+from propdex.retriever import Searcher
 
 from . import metrics
-from retriever import fusion
+from propdex.retriever import fusion
 
 from .datasets import Task, load_beir, load_hotpotqa, load_propsegment
 
 if TYPE_CHECKING:
-    from encoders import Backbone, Encoder
+    from propdex.encoders import Backbone, Encoder
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +323,7 @@ def evaluate(
             if system.name == "bm25":
                 outcomes[spec] = run_bm25(task, system, level, depth)
             else:
-                from encoders.backbone import Backbone
+                from propdex.encoders.backbone import Backbone
 
                 if backbone is None:
                     backbone = Backbone.load(device=device)

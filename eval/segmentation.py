@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from encoders import WEIGHTS
-from encoders.segment import ClauseSplitter, PairSegmenter, Segmenter, segmentation_prf
-from encoders.training.data import propsegment_sentences
+from propdex.encoders import WEIGHTS
+from propdex.encoders.segment import ClauseSplitter, PairSegmenter, Segmenter, segmentation_prf
+from propdex.encoders.training.data import propsegment_sentences
 
 THETAS = (0.8, 0.5)
 

@@ -11,8 +11,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import faiss
 import numpy as np
+
+try:
+    import faiss
+except ImportError:  # faiss is an extra, so that GPU machines get one FAISS build, not two
+    raise ImportError("propdex needs FAISS: pip install 'propdex[cpu]' (or 'propdex[gpu]' on a CUDA machine)") from None
 
 log = logging.getLogger(__name__)
 

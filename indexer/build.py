@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from encoders import Document, Encoded
+from propdex.encoders import Document, Encoded
 
 from . import ann, lexical
 from .manifest import FORMAT, FORMAT_VERSION, library_versions, read_manifest, sha256_file, write_manifest
@@ -45,7 +45,7 @@ from .readers import Record, Skip
 from .store import LMDB_DIR, ShardStore, write_shard
 
 if TYPE_CHECKING:
-    from encoders import Encoder
+    from propdex.encoders import Encoder
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import json
 import logging
 from pathlib import Path
 
-from encoders import DEFAULT_BACKBONE, ENCODERS, load_encoder
+from propdex.encoders import DEFAULT_BACKBONE, ENCODERS, load_encoder
 
 from . import ann
 from .build import IndexWriter

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 # Re-exported: the index records the same provenance as the trained weights.
-from encoders.provenance import library_versions, sha256_file  # noqa: F401
+from propdex.encoders.provenance import library_versions, sha256_file  # noqa: F401
 
 MANIFEST = "manifest.json"
 FORMAT = "propdex-index"

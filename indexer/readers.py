@@ -38,9 +38,9 @@ from mwparserfromhell.nodes import (
     Wikilink,
 )
 
-from encoders.provenance import sha256_file
-from encoders.text import Span, sentence_spans_from_list, split_sentences
-from encoders.units import Document
+from propdex.encoders.provenance import sha256_file
+from propdex.encoders.text import Span, sentence_spans_from_list, split_sentences
+from propdex.encoders.units import Document
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from encoders.units import Document, Encoded, Kind, Unit
+from propdex.encoders.units import Document, Encoded, Kind, Unit
 
 LMDB_DIR = "meta.lmdb"
 

@@ -5,8 +5,8 @@ import argparse
 import json
 from pathlib import Path
 
-from indexer import integrity
-from indexer.manifest import read_manifest
+from propdex.indexer import integrity
+from propdex.indexer.manifest import read_manifest
 
 from .searcher import LEVELS, Searcher
 

@@ -17,19 +17,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import faiss
 import numpy as np
 
-from encoders import Document, encoder_from_config
-from encoders.units import Unit
-from indexer import ann, integrity, lexical
-from indexer.manifest import read_manifest
-from indexer.store import ShardStore
+from propdex.encoders import Document, encoder_from_config
+from propdex.encoders.units import Unit
+from propdex.indexer import ann, integrity, lexical
+from propdex.indexer.manifest import read_manifest
+from propdex.indexer.store import ShardStore
 
 from . import fusion, scoring
 
 if TYPE_CHECKING:
-    from encoders import Encoder
+    from propdex.encoders import Encoder
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ HOTPOT = DATA / "hotpotqa" / "hotpot_dev_distractor_600.json"
 
 @pytest.fixture(scope="session")
 def minilm():
-    from encoders import Backbone
+    from propdex.encoders import Backbone
 
     return Backbone.load(device="cpu")
 
@@ -26,7 +26,7 @@ def tiny_dir(tmp_path_factory) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from encoders.backbone import resolve_backbone
+    from propdex.encoders.backbone import resolve_backbone
 
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_backbone("sentence-transformers/all-MiniLM-L6-v2")))
@@ -42,7 +42,7 @@ def tiny_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny(tiny_dir):
-    from encoders import Backbone
+    from propdex.encoders import Backbone
 
     return Backbone.load(str(tiny_dir), device="cpu", max_length=64)
 
@@ -55,7 +55,7 @@ def hotpot_questions() -> list[dict]:
 @pytest.fixture(scope="session")
 def hotpot_docs():
     """The HotpotQA paragraphs of the first 40 questions, via the real reader."""
-    from indexer.readers import read_corpus
+    from propdex.indexer.readers import read_corpus
 
     questions = json.loads(HOTPOT.read_text())[:40]
     titles = {t for q in questions for t, _ in q["context"]}

@@ -5,15 +5,15 @@ import numpy as np
 import pytest
 import torch
 
-from encoders import Document, Kind, load_encoder
-from encoders.base import tokenize
-from encoders.crossthought import (
+from propdex.encoders import Document, Kind, load_encoder
+from propdex.encoders.base import tokenize
+from propdex.encoders.crossthought import (
     CrossLayer, CrossThoughtModel, crossthought_weights, cut_sequences, load_crossthought, mask_words, sequence_passages,
 )
-from encoders.provenance import save_weights
-from encoders.training.crossthought import Objective, distillation, maxsim, samples, section_runs, spans, tensors
-from indexer.build import IndexWriter
-from retriever import Searcher, scoring
+from propdex.encoders.provenance import save_weights
+from propdex.encoders.training.crossthought import Objective, distillation, maxsim, samples, section_runs, spans, tensors
+from propdex.indexer.build import IndexWriter
+from propdex.retriever import Searcher, scoring
 
 TEXT = (
     "Photosynthesis converts light energy into chemical energy stored in glucose. Chlorophyll absorbs mostly blue and "

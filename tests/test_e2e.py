@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import HOTPOT
-from retriever import Searcher
-from retriever.scoring import maxsim
+from propdex.retriever import Searcher
+from propdex.retriever.scoring import maxsim
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,7 +19,7 @@ N_DOCS = 200
 
 def propdex(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "eval.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "propdex", *args], cwd=ROOT, env=env, capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from encoders import Kind, load_encoder
-from indexer.build import IndexWriter
-from retriever import Searcher
+from propdex.encoders import Kind, load_encoder
+from propdex.indexer.build import IndexWriter
+from propdex.retriever import Searcher
 
 pytestmark = pytest.mark.slow
 
@@ -82,9 +82,9 @@ def test_slots_read_their_own_sequence_and_leave_the_backbone_states_untouched(m
 def test_an_index_built_with_the_inline_lora_weights_reopens_with_them(minilm):
     """Before the frozen reader, `crossthought-5` named LoRA weights with the
     slots inline; an index that recorded that name and its sha256 gets them."""
-    from encoders import encoder_from_config
-    from encoders.provenance import verified_sha256
-    from encoders import weights_path
+    from propdex.encoders import encoder_from_config
+    from propdex.encoders.provenance import verified_sha256
+    from propdex.encoders import weights_path
 
     sha = verified_sha256(weights_path("crossthought-lora-5"))
     old = encoder_from_config({"name": "crossthought", "backbone": minilm.name, "dim": 1920, "weights": "crossthought-5",

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from encoders import Kind, load_encoder
-from indexer.build import IndexWriter
-from indexer.readers import read_corpus
-from retriever import Searcher
+from propdex.encoders import Kind, load_encoder
+from propdex.indexer.build import IndexWriter
+from propdex.indexer.readers import read_corpus
+from propdex.retriever import Searcher
 
 from paths import DATA
 

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from encoders import Kind, load_encoder
-from eval.datasets import load_propsegment
-from indexer.build import IndexWriter
+from propdex.encoders import Kind, load_encoder
+from propdex.eval.datasets import load_propsegment
+from propdex.indexer.build import IndexWriter
 from paths import DATA
-from retriever import Searcher
+from propdex.retriever import Searcher
 
 pytestmark = pytest.mark.slow
 N_QUERIES = 40
@@ -74,10 +74,10 @@ def test_the_lora_head_shipped_before_still_loads_and_old_indexes_find_it(minilm
     """An index built while `proposition-lora` was the default names head
     "default" with that head's sha256: it reloads the LoRA head, not the
     distilled one (different width, different space)."""
-    from encoders import Document, encoder_from_config
-    from encoders.proposition import LEGACY_HEAD
-    from encoders.provenance import verified_sha256
-    from encoders import weights_path
+    from propdex.encoders import Document, encoder_from_config
+    from propdex.encoders.proposition import LEGACY_HEAD
+    from propdex.encoders.provenance import verified_sha256
+    from propdex.encoders import weights_path
 
     legacy = load_encoder("proposition", backbone=minilm, head=LEGACY_HEAD)
     assert not legacy.distilled and legacy.dim == 64 and legacy.model is not None

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from encoders import Document, Kind, Passage, load_encoder
-from encoders.base import cut_passages
+from propdex.encoders import Document, Kind, Passage, load_encoder
+from propdex.encoders.base import cut_passages
 
 
 def unit_text(doc: Document, unit) -> str:
@@ -100,8 +100,8 @@ def test_unknown_encoder_and_backbone_fail_with_one_line(tiny):
 
 
 def test_an_index_backbone_missing_here_fails_without_the_network(monkeypatch):
-    from encoders import backbone as bb
-    from encoders import encoder_from_config
+    from propdex.encoders import backbone as bb
+    from propdex.encoders import encoder_from_config
 
     calls = []
     real = bb._from_pretrained

@@ -4,9 +4,9 @@ from collections import Counter
 
 import pytest
 
-from eval.bm25 import BM25Index
-from eval.datasets import load_beir, load_hotpotqa, load_propsegment, prop_id, token_spans
-from eval.metrics import beir_metrics, dedup_ranking, propsegment_metrics, remove_ids
+from propdex.eval.bm25 import BM25Index
+from propdex.eval.datasets import load_beir, load_hotpotqa, load_propsegment, prop_id, token_spans
+from propdex.eval.metrics import beir_metrics, dedup_ranking, propsegment_metrics, remove_ids
 from paths import DATA
 
 HOTPOT = DATA / "hotpotqa" / "hotpot_dev_distractor_600.json"

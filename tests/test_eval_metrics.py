@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from eval.bm25 import BM25Index, tokenize
-from eval.metrics import (
+from propdex.eval.bm25 import BM25Index, tokenize
+from propdex.eval.metrics import (
     all_gold_at_k,
     beir_metrics,
     dedup_ranking,

@@ -4,8 +4,8 @@ import json
 import pytest
 
 from conftest import HOTPOT
-from eval.cli import main
-from eval.run import System, evaluate, markdown
+from propdex.cli import main
+from propdex.eval.run import System, evaluate, markdown
 from paths import DATA
 
 
@@ -64,7 +64,7 @@ def test_malformed_spec_names_itself_and_the_grammar():
 
 
 def test_fused_systems_reuse_their_parts_and_fuse_by_rrf():
-    from retriever import fusion
+    from propdex.retriever import fusion
 
     result = evaluate("beir", str(DATA / "beir" / "scifact"), ["bm25", "bm25:title=0", "bm25+bm25:title=0",
                                                                 "bm25+bm25:title=0:fusion=minmax"], limit=30)

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from encoders import Document, load_encoder
-from indexer.build import IndexWriter
-from indexer.readers import Skip, _compression, read_corpus
-from retriever import Searcher
+from propdex.encoders import Document, load_encoder
+from propdex.indexer.build import IndexWriter
+from propdex.indexer.readers import Skip, _compression, read_corpus
+from propdex.retriever import Searcher
 
 doc_line = st.tuples(st.just("doc"), st.text(max_size=20), st.text(max_size=200), st.text(max_size=30))
 junk_line = st.tuples(st.just("junk"), st.binary(max_size=80).map(lambda b: b.replace(b"\n", b" ").replace(b"\r", b" ")))

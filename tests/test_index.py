@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from encoders import Document, load_encoder
-from indexer import ann
-from indexer.build import IndexWriter
-from indexer.manifest import read_manifest, sha256_file
-from indexer.readers import Skip
-from indexer.store import ShardStore
-from retriever import Searcher
-from retriever.scoring import maxsim
+from propdex.encoders import Document, load_encoder
+from propdex.indexer import ann
+from propdex.indexer.build import IndexWriter
+from propdex.indexer.manifest import read_manifest, sha256_file
+from propdex.indexer.readers import Skip
+from propdex.indexer.store import ShardStore
+from propdex.retriever import Searcher
+from propdex.retriever.scoring import maxsim
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -152,7 +152,7 @@ def test_default_factory_scales_with_the_corpus():
 
 def _cli(args, **kw):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "eval.cli", *args], cwd=ROOT, env=env, **kw)
+    return subprocess.Popen([sys.executable, "-m", "propdex", *args], cwd=ROOT, env=env, **kw)
 
 
 def test_sigkilled_build_resumes_to_the_same_index(tmp_path, tiny_dir):

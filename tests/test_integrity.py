@@ -3,12 +3,12 @@ import json
 
 import pytest
 
-from encoders import load_encoder
-from eval.cli import main
-from indexer import integrity
-from indexer.build import IndexWriter
-from indexer.manifest import read_manifest
-from retriever import Searcher
+from propdex.encoders import load_encoder
+from propdex.cli import main
+from propdex.indexer import integrity
+from propdex.indexer.build import IndexWriter
+from propdex.indexer.manifest import read_manifest
+from propdex.retriever import Searcher
 
 
 @pytest.fixture
@@ -145,7 +145,7 @@ def test_a_factory_that_cannot_train_keeps_the_encoding_and_another_can_finish(t
 
 
 def test_a_duplicate_id_names_the_file_and_record_it_came_from(tmp_path, tiny, caplog):
-    from indexer.readers import read_corpus
+    from propdex.indexer.readers import read_corpus
 
     (tmp_path / "a.jsonl").write_text(json.dumps({"id": "same", "text": "The first one."}) + "\n")
     (tmp_path / "b.jsonl").write_text(json.dumps({"id": "other", "text": "Another."}) + "\n" + json.dumps({"id": "same", "text": "The second one."}) + "\n")
@@ -159,7 +159,7 @@ def test_a_duplicate_id_names_the_file_and_record_it_came_from(tmp_path, tiny, c
 def test_a_full_disk_is_one_line_and_the_build_resumes(tmp_path, tiny_dir, hotpot_docs, capsys, monkeypatch):
     import errno
 
-    from indexer import build as build_module
+    from propdex.indexer import build as build_module
 
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in hotpot_docs[:6]))

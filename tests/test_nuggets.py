@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from encoders import Document
-from encoders.adapters import layer_stack
-from encoders.nugget import (
+from propdex.encoders import Document
+from propdex.encoders.adapters import layer_stack
+from propdex.encoders.nugget import (
     NuggetDecoder, NuggetEncoder, NuggetModel, even_cuts, n_nuggets, nugget_spans, nugget_weights, select, word_starts,
 )
-from encoders.tokens import TokensEncoder
-from encoders.provenance import save_weights
-from encoders.training.docsplit import MeanSets, NuggetSets, docsplit_loss, set_similarity, split_halves, train_docsplit
-from encoders.training.nugget import reconstruction_loss
+from propdex.encoders.tokens import TokensEncoder
+from propdex.encoders.provenance import save_weights
+from propdex.encoders.training.docsplit import MeanSets, NuggetSets, docsplit_loss, set_similarity, split_halves, train_docsplit
+from propdex.encoders.training.nugget import reconstruction_loss
 
 TEXTS = [
     "Paris is the capital of France, and it lies on the Seine.",
@@ -125,7 +125,7 @@ def nugget_dir(tiny, tiny_dir, model, tmp_path):
 
 
 def test_saved_weights_load_back_to_the_same_nuggets(tiny, model, nugget_dir):
-    from encoders.nugget import load_nugget
+    from propdex.encoders.nugget import load_nugget
 
     loaded, decoder, _ = load_nugget(nugget_dir, tiny.model, with_decoder=True)
     enc = batch(tiny)
@@ -201,7 +201,7 @@ def test_set_similarity_is_mean_maxsim_and_cosine_for_single_vectors():
 
 
 def test_docsplit_trains_single_and_nugget_encoders(tiny, model):
-    from encoders.adapters import adapt
+    from propdex.encoders.adapters import adapt
 
     docs = [[f"Sentence {i} of document {d} talks about topic {d}." for i in range(4)] for d in range(4)]
     for sets in (MeanSets(adapt(tiny.model, 2, [1]), tiny, 64), NuggetSets(model, tiny, 64)):
@@ -215,8 +215,8 @@ def test_docsplit_trains_single_and_nugget_encoders(tiny, model):
 
 
 def test_docsplit_weights_for_single_load_as_its_adapters(tiny, tiny_dir, tmp_path):
-    from encoders import load_encoder
-    from encoders.training.docsplit import run_docsplit
+    from propdex.encoders import load_encoder
+    from propdex.encoders.training.docsplit import run_docsplit
 
     config = run_docsplit("single", tmp_path / "single-ds", backbone=str(tiny_dir), steps=2, batch=2, lr=1e-2, device="cpu")
     assert [s["stage"] for s in config["adapters"]] == ["docsplit"]

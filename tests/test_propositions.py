@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from encoders.segment import (
+from propdex.encoders.segment import (
     ClauseSplitter, PairSegmenter, anchor_targets, anchors, jaccard_matches, segmentation_prf, word_spans, words,
 )
-from encoders.training.data import propsegment_sentences
+from propdex.encoders.training.data import propsegment_sentences
 from paths import DATA
 
 PROPSEGMENT = DATA / "propsegment" / "v1"
@@ -113,8 +113,8 @@ def test_segmentation_measure_matches_one_to_one():
 def tiny_encoder(tiny, tiny_dir, tmp_path_factory):
     """The distilled encoder's shape on the tiny backbone: a random student
     (its last layer not zeroed, so the MLP counts) and a query map."""
-    from encoders.proposition import PropositionEncoder, PropositionHead, feature_dim
-    from encoders.provenance import save_weights
+    from propdex.encoders.proposition import PropositionEncoder, PropositionHead, feature_dim
+    from propdex.encoders.provenance import save_weights
 
     torch.manual_seed(0)
     root = tmp_path_factory.mktemp("proposition")
@@ -127,8 +127,8 @@ def tiny_encoder(tiny, tiny_dir, tmp_path_factory):
 
 
 def test_encoder_shape_normalisation_determinism(tiny_encoder):
-    from encoders import Document
-    from encoders.text import split_sentences
+    from propdex.encoders import Document
+    from propdex.encoders.text import split_sentences
 
     text = "Mark Ruffalo is an American actor, born in Kenosha. He directed a film in 2010, which won a prize."
     doc = Document("d", text, sentences=tuple(split_sentences(text)))
@@ -165,10 +165,10 @@ def test_one_pass_gives_the_propositions_and_vectors_of_two_separate_passes(tiny
     """The shared frozen pass: the segmenter's propositions equal those of
     its own pass (`PairSegmenter.segment`), and the vectors equal the head
     over features pooled from a second, separate pass of the head's layers."""
-    from encoders import Document
-    from encoders.base import hidden_states, tokenize
-    from encoders.proposition import covering, proposition_features
-    from encoders.text import split_sentences
+    from propdex.encoders import Document
+    from propdex.encoders.base import hidden_states, tokenize
+    from propdex.encoders.proposition import covering, proposition_features
+    from propdex.encoders.text import split_sentences
 
     enc = tiny_encoder
     assert set(enc.layers) == set(enc.head_layers) | set(enc.segmenter_layers)
@@ -194,8 +194,8 @@ def test_teacher_and_student_share_one_space(tiny_encoder):
     query map); the standalone baseline indexes every proposition as the
     teacher. Both are unit vectors of the student's width, deterministic, and
     a proposition encoded alone is its own text's query vector."""
-    from encoders import Document, load_encoder
-    from encoders.proposition import PropositionEncoder, mean_vectors, unit_text
+    from propdex.encoders import Document, load_encoder
+    from propdex.encoders.proposition import PropositionEncoder, mean_vectors, unit_text
 
     enc = tiny_encoder
     text = "Mark Ruffalo is an American actor, born in Kenosha. He directed a film in 2010."
@@ -221,8 +221,8 @@ def test_teacher_and_student_share_one_space(tiny_encoder):
 
 
 def test_frozen_feature_cache_round_trips_and_is_keyed_by_its_inputs(tiny_encoder, tmp_path):
-    from encoders import Document
-    from encoders.training.proposition import FeatureSet, cached_features
+    from propdex.encoders import Document
+    from propdex.encoders.training.proposition import FeatureSet, cached_features
 
     docs = [Document(f"s{i}", t, "A title", ((0, len(t)),)) for i, t in enumerate(
         ["Kenosha is a city in Wisconsin, on the shore of Lake Michigan.", "The film won a prize, and its director was born in 1967."])]
@@ -244,8 +244,8 @@ def test_frozen_feature_cache_round_trips_and_is_keyed_by_its_inputs(tiny_encode
 def test_distillation_step_lowers_the_loss(tiny_encoder, tmp_path):
     import random
 
-    from encoders import Document
-    from encoders.training.proposition import batches, distillation, featurize, relational
+    from propdex.encoders import Document
+    from propdex.encoders.training.proposition import batches, distillation, featurize, relational
 
     texts = ["Kenosha is a city in Wisconsin, on the shore of Lake Michigan.", "The film won a prize, and its director was born in 1967.",
              "Paris is the capital of France and its largest city.", "He played for the club until 1998, when he retired."]
@@ -274,8 +274,8 @@ def test_distillation_step_lowers_the_loss(tiny_encoder, tmp_path):
 
 
 def test_dims_keeps_the_leading_dimensions_renormalised(tiny_encoder):
-    from encoders import Document, load_encoder
-    from encoders.proposition import PropositionEncoder
+    from propdex.encoders import Document, load_encoder
+    from propdex.encoders.proposition import PropositionEncoder
 
     enc = tiny_encoder
     short = PropositionEncoder(enc.backbone, head=str(enc.head_path), segmenter=str(enc.segmenter_path), dims=6)

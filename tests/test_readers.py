@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from paths import DATA
 
-from encoders.units import Document
-from indexer.readers import FORMATS, Record, Skip, detect_format, read_corpus
+from propdex.encoders.units import Document
+from propdex.indexer.readers import FORMATS, Record, Skip, detect_format, read_corpus
 
 HOTPOT = DATA / "hotpotqa" / "hotpot_dev_distractor_600.json"
 PROPSEGMENT = DATA / "propsegment" / "v1"
@@ -423,7 +423,7 @@ def test_unknown_or_missing_input_raises_at_call_time(tmp_path: Path) -> None:
 
 
 def test_long_and_surrogate_ids_are_counted_skips_and_surrogate_text_is_repaired(tmp_path: Path, caplog) -> None:
-    from indexer.readers import MAX_ID_BYTES
+    from propdex.indexer.readers import MAX_ID_BYTES
 
     long_id = "é" * 300  # 600 bytes: over LMDB's key limit
     lines = [
@@ -447,9 +447,9 @@ def test_long_and_surrogate_ids_are_counted_skips_and_surrogate_text_is_repaired
 
 @pytest.mark.slow
 def test_a_long_id_no_longer_loses_its_shard_and_repaired_text_is_counted(tmp_path: Path, tiny) -> None:
-    from encoders import load_encoder
-    from indexer.build import IndexWriter
-    from retriever import Searcher
+    from propdex.encoders import load_encoder
+    from propdex.indexer.build import IndexWriter
+    from propdex.retriever import Searcher
 
     (tmp_path / "c.jsonl").write_text("".join(json.dumps({"id": i, "text": f"Document number {n} is here."}) + "\n"
                                               for n, i in enumerate(["a", "x" * 600, "b"]))

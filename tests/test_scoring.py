@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from retriever import scoring
+from propdex.retriever import scoring
 
 
 def brute_group_maxsim(sim, groups, n):

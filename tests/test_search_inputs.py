@@ -8,11 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from encoders import Document, load_encoder
-from eval.cli import main
-from indexer.build import IndexWriter
-from retriever import Searcher
-from retriever.cli import printable
+from propdex.encoders import Document, load_encoder
+from propdex.cli import main
+from propdex.indexer.build import IndexWriter
+from propdex.retriever import Searcher
+from propdex.retriever.cli import printable
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +65,6 @@ def test_control_characters_are_shown_not_obeyed(tmp_path, tiny_dir, capsys):
 
 def test_a_query_that_is_not_utf8_is_refused(pq_index):
     path, _ = pq_index
-    run = subprocess.run([sys.executable, "-m", "eval.cli", "search", str(path), b"caf\xe9".decode("utf-8", "surrogateescape"), "--device", "cpu"],
+    run = subprocess.run([sys.executable, "-m", "propdex", "search", str(path), b"caf\xe9".decode("utf-8", "surrogateescape"), "--device", "cpu"],
                          capture_output=True, text=True)
     assert run.returncode == 2 and "not valid UTF-8" in run.stderr and "Traceback" not in run.stderr

@@ -7,7 +7,7 @@ import random
 import pytest
 from paths import DATA
 
-from encoders.text import sentence_spans_from_list, split_sentences
+from propdex.encoders.text import sentence_spans_from_list, split_sentences
 
 
 def check_invariants(text: str, spans: list[tuple[int, int]]) -> None:

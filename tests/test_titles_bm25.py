@@ -9,19 +9,19 @@ import textwrap
 import numpy as np
 import pytest
 
-from encoders import Document, load_encoder
-from encoders.base import TITLE_TOKENS, clip_title
-from indexer import lexical
-from indexer.build import IndexWriter
-from indexer.manifest import read_manifest
+from propdex.encoders import Document, load_encoder
+from propdex.encoders.base import TITLE_TOKENS, clip_title
+from propdex.indexer import lexical
+from propdex.indexer.build import IndexWriter
+from propdex.indexer.manifest import read_manifest
 from paths import DATA
-from retriever import Searcher, fusion
+from propdex.retriever import Searcher, fusion
 
 SCIFACT = DATA / "beir" / "scifact"
 
 
 def _scifact_docs(n: int) -> list[Document]:
-    from indexer.readers import read_corpus
+    from propdex.indexer.readers import read_corpus
 
     return [d for _, d in zip(range(n), read_corpus([SCIFACT / "corpus.jsonl"]))]
 
@@ -121,10 +121,10 @@ _KILL_DURING_BM25 = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
     sys.path[:0] = [{root!r}, {tests!r}]
-    from encoders import Backbone, load_encoder
-    from indexer import lexical
-    from indexer.build import IndexWriter
-    from indexer.readers import read_corpus
+    from propdex.encoders import Backbone, load_encoder
+    from propdex.indexer import lexical
+    from propdex.indexer.build import IndexWriter
+    from propdex.indexer.readers import read_corpus
 
     real_save = lexical.BM25.save
     def save_then_die(self, directory):
@@ -200,7 +200,7 @@ def test_minmax_by_hand():
 def test_hybrid_finds_a_document_only_its_title_names(tmp_path, capsys):
     """80 real SciFact abstracts; 'RiboSys', 'Saccharomyces' and 'cerevisiae'
     stand in one title (365896) and in no abstract."""
-    from eval.cli import main
+    from propdex.cli import main
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(line + "\n" for line in (SCIFACT / "corpus.jsonl").read_text().splitlines()[:80]))
@@ -232,7 +232,7 @@ def _scifact_text(doc_id: str) -> str:
 
 @pytest.mark.slow
 def test_title_units_count_for_the_document_and_never_for_a_sentence(tmp_path, minilm):
-    from encoders.units import Kind
+    from propdex.encoders.units import Kind
 
     enc = load_encoder("tokens", backbone=minilm, title_units=True)
     docs = [Document("derrickson", "He is an American director. He lives in Los Angeles.", "Scott Derrickson", ((0, 27), (28, 52))),
@@ -263,7 +263,7 @@ def test_interleave_by_hand():
 def test_second_hop_finds_the_bridge_paragraph(tmp_path, capsys, hotpot_docs):
     """HotpotQA's 'Big Stone Gap' question: the director is named only in the
     film's paragraph, and it is her paragraph that answers."""
-    from eval.cli import main
+    from propdex.cli import main
 
     corpus = tmp_path / "hotpot.jsonl"
     corpus.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in hotpot_docs))

@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from encoders import Document, load_encoder
-from encoders.tokens import pool_groups
+from propdex.encoders import Document, load_encoder
+from propdex.encoders.tokens import pool_groups
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ def test_idf_pruning_keeps_the_rarest_quarter(minilm, doc):
 
 
 def test_state_cache_gives_the_same_vectors(minilm, doc):
-    from encoders import Backbone
+    from propdex.encoders import Backbone
 
     fresh = load_encoder("tokens", backbone=minilm).encode(load_encoder("tokens", backbone=minilm).passages(doc))
     shared = Backbone(minilm.name, minilm.model, minilm.tokenizer, minilm.device, minilm.max_length, minilm.source, state_cache={})

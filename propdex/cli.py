@@ -1,8 +1,4 @@
-"""The `propdex` command.
-
-It lives in eval because eval is the one layer allowed to reach all the
-others; each layer contributes its own subcommands.
-"""
+"""The `propdex` command: each layer contributes its own subcommands."""
 from __future__ import annotations
 
 import argparse
@@ -13,23 +9,22 @@ import sys
 
 import lmdb
 
-import encoders.training.cli
-import indexer.cli
-import retriever.cli
-
-from . import bench
-from . import run as eval_run
+from propdex.encoders.training import cli as training_cli
+from propdex.eval import bench
+from propdex.eval import run as eval_run
+from propdex.indexer import cli as indexer_cli
+from propdex.retriever import cli as retriever_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="propdex", description="Multi-vector retrieval: index text, search it, measure it.")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    indexer.cli.add_commands(sub)
-    retriever.cli.add_commands(sub)
+    indexer_cli.add_commands(sub)
+    retriever_cli.add_commands(sub)
     eval_run.add_commands(sub)
     bench.add_commands(sub)
-    encoders.training.cli.add_commands(sub)
+    training_cli.add_commands(sub)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""Measurement: datasets, metrics, runs of systems against baselines, reports."""

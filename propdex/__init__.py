@@ -1,0 +1,1 @@
+"""propdex: multi-vector retrieval at a finer grain than one vector per document."""

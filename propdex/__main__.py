@@ -1,0 +1,5 @@
+import sys
+
+from propdex.cli import main
+
+sys.exit(main())
