@@ -7,8 +7,10 @@ the vector stands for.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +37,9 @@ class Document:
     sentence, say). Empty means the whole text. `source` says where a reader
     found it ("path:line", "path#id"), for messages; `repairs` what the
     reader changed to make it indexable ("lone_surrogates"), for the
-    manifest's counts. Neither is stored with the document.
+    manifest's counts. Neither is stored with the document. `metadata`
+    holds the input record's other fields (url, date, source...), stored
+    with the document, returned with its hits and filtered on by `where=`.
     """
 
     id: str
@@ -45,6 +49,7 @@ class Document:
     focus: tuple[Span, ...] = ()
     source: str = field(default="", compare=False, repr=False)
     repairs: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False, repr=False)
 
     def sentence_text(self, i: int) -> str:
         start, end = self.sentences[i]

@@ -116,23 +116,46 @@ def read_faiss(path: Path, mmap: bool = False) -> faiss.Index:
     return faiss.read_index(str(path), faiss.IO_FLAG_MMAP if mmap else 0)
 
 
-def search_params(index: Any, nprobe: int) -> "faiss.SearchParameters | None":
-    """Per-call search parameters that probe `nprobe` IVF lists, or None for an
-    index without lists (flat, HNSW). Per call, not set on the index: a
-    query's nprobe must not change what concurrent or later queries probe."""
+def search_params(index: Any, nprobe: int, selector: "faiss.IDSelector | None" = None) -> "faiss.SearchParameters | None":
+    """Per-call search parameters that probe `nprobe` IVF lists and consider
+    only the ids `selector` lets through, or None where neither applies. Per
+    call, not set on the index: a query's nprobe must not change what
+    concurrent or later queries probe."""
     if not isinstance(index, faiss.Index):
         return None
     index = faiss.downcast_index(index)
     if isinstance(index, faiss.IndexPreTransform):
-        inner = search_params(index.index, nprobe)
+        inner = search_params(index.index, nprobe, selector)
         if inner is None:
             return None
         params = faiss.SearchParametersPreTransform(index_params=inner)
         params.referenced_objects = [inner]  # SWIG keeps a raw pointer: keep the Python object alive
         return params
     if isinstance(index, faiss.IndexIVF):
-        return faiss.SearchParametersIVF(nprobe=nprobe)
-    return None
+        return faiss.SearchParametersIVF(nprobe=nprobe, sel=selector) if selector is not None else faiss.SearchParametersIVF(nprobe=nprobe)
+    if selector is None:
+        return None
+    if isinstance(index, faiss.IndexHNSW):
+        return faiss.SearchParametersHNSW(sel=selector)
+    return faiss.SearchParameters(sel=selector)
+
+
+def search(index: Any, queries: np.ndarray, k: int, nprobe: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, ids) of each query's k nearest vectors, -1 ids where fewer
+    exist; `allowed` (bool per vector) restricts the search to those vectors
+    inside the index (FAISS's ID selectors, hnswlib's filter), so a filter
+    never costs hits the way dropping them afterwards would."""
+    x = np.ascontiguousarray(queries, dtype=np.float32)
+    if isinstance(index, HnswIndex):
+        return index.search(x, k, allowed)
+    selector = None
+    if allowed is not None:
+        # A local: FAISS reads the bitmap through a raw pointer while it searches.
+        bitmap = np.packbits(allowed, bitorder="little")
+        selector = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(bitmap))
+    params = search_params(index, nprobe, selector)
+    scores, ids = index.search(x, k, params=params) if params is not None else index.search(x, k)
+    return scores, ids
 
 
 def build_hnsw(chunks: Iterable[np.ndarray], n: int, dim: int, path: Path, m: int = 16, ef_construction: int = 200):
@@ -160,10 +183,17 @@ class HnswIndex:
     def set_ef(self, ef: int) -> None:
         self.index.set_ef(ef)
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        k = min(k, self.ntotal)
+    def search(self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        k = min(k, self.ntotal if allowed is None else int(allowed.sum()))
         if k == 0:
-            return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
+            return np.zeros((len(queries), 0), np.float32), np.full((len(queries), 0), -1, np.int64)
         self.index.set_ef(max(k, 64))
-        labels, distances = self.index.knn_query(queries, k=k)
-        return 1.0 - distances, labels.astype(np.int64)  # hnswlib 'ip' distance is 1 - <q, x>
+        keep = None if allowed is None else (lambda label: bool(allowed[label]))
+        while True:
+            try:
+                labels, distances = self.index.knn_query(queries, k=k, filter=keep)
+                return 1.0 - distances, labels.astype(np.int64)  # hnswlib 'ip' distance is 1 - <q, x>
+            except RuntimeError:  # a filter the graph walk could not satisfy k times over
+                if k == 1:
+                    return np.zeros((len(queries), 0), np.float32), np.full((len(queries), 0), -1, np.int64)
+                k //= 2

@@ -16,6 +16,14 @@ records its committed shards consumed and continues; shard boundaries, batch
 composition and the training sample are all deterministic, so the result is
 the same as an uninterrupted build.
 
+A complete index lives on (Lucene's segments): `add` appends documents in new
+shards, `delete` commits a tombstone file per shard it touches, and `compact`
+rewrites the shards holding deletions (and merges small ones) from their
+stored vectors, without encoding again. Each of them writes everything aside
+and commits it with one manifest, so it happens entirely or not at all; a
+reader opened before keeps the files it opened. BM25 is rebuilt over the
+live documents at every commit (its statistics are global).
+
 One writer at a time: a writer holds an exclusive lock on `write.lock` (as
 Lucene does) from opening the directory to the end of its build, so a second
 one is refused before it can delete the first one's uncommitted files. The
@@ -42,7 +50,7 @@ from propdex.encoders import Document, Encoded
 from . import ann, lexical
 from .manifest import FORMAT, FORMAT_VERSION, library_versions, read_manifest, sha256_file, write_manifest
 from .readers import Record, Skip
-from .store import LMDB_DIR, ShardStore, write_shard
+from .store import LMDB_DIR, ShardStore, read_deleted, write_deleted, write_shard
 
 if TYPE_CHECKING:
     from propdex.encoders import Encoder
@@ -71,6 +79,9 @@ class IndexWriter:
         bm25: bool = True,
         inputs: dict[str, Any] | None = None,
     ) -> None:
+        """`inputs` describes what `build` reads (paths, format, file
+        fingerprints): a re-run must read the same. `create`, `add`,
+        `delete` and `compact` leave the recorded inputs alone."""
         if shard_docs < 1:
             raise ValueError("--shard-docs must be at least 1")
         if backend not in ann.BACKENDS:
@@ -117,16 +128,9 @@ class IndexWriter:
             # with bm25 on completes an index that lacks it, one with it off
             # leaves an existing one alone.
             had_bm25 = manifest["settings"].pop("bm25", False)
-            if self.settings["bm25"] and not manifest.get("lexical") and manifest["status"] == "complete":
-                manifest["status"] = "lexical"
             manifest["settings"]["bm25"] = self.settings["bm25"] or had_bm25
             self.settings["bm25"] = manifest["settings"]["bm25"]
             fresh["settings"] = self.settings
-            changed = _changed_inputs(manifest["inputs"], fresh["inputs"])
-            if changed:
-                raise ValueError(f"{self.out}: the inputs changed since its build began ({changed}); "
-                                 f"use another --out, or delete it to rebuild")
-            manifest["inputs"] = fresh["inputs"]  # adopts file fingerprints where an older build had none
             if manifest["status"] in ("encoding", "training"):
                 # Nothing is trained yet: a re-run may choose another index (after a factory failed to train).
                 for key in ("factory", "backend"):
@@ -156,7 +160,7 @@ class IndexWriter:
             if path.is_dir() and path.name in listed:
                 shard = next(s for s in manifest["shards"] if s["name"] == path.name)
                 for f in path.iterdir():
-                    if f.name not in (LMDB_DIR, shard.get("index")):
+                    if f.name not in (LMDB_DIR, shard.get("index"), shard.get("deleted")):
                         _remove(f)
             elif path.name != trained:
                 _remove(path)
@@ -170,7 +174,8 @@ class IndexWriter:
             repaired.update(s.get("repaired", {}))
         self.manifest["counts"] = {
             "inputs": sum(s["inputs"] for s in shards),
-            "documents": sum(s["docs"] for s in shards),
+            "documents": sum(s["docs"] - s.get("deleted_docs", 0) for s in shards),
+            "deleted": sum(s.get("deleted_docs", 0) for s in shards),
             "sentences": sum(s["sentences"] for s in shards),
             "vectors": sum(s["vectors"] for s in shards),
             "skipped": sum(skipped.values()),
@@ -214,6 +219,15 @@ class IndexWriter:
     def build(self, records: Iterable[Record], limit: int | None = None) -> dict[str, Any]:
         self._acquire()
         try:
+            manifest = self.manifest
+            changed = _changed_inputs(manifest["inputs"], self.inputs)
+            if changed:
+                raise ValueError(f"{self.out}: the inputs changed since its build began ({changed}); use another --out, "
+                                 f"delete it to rebuild, or add the new inputs to it with `propdex add`")
+            manifest["inputs"] = self.inputs  # adopts file fingerprints where an older build had none
+            # A run with bm25 on completes an index that lacks it.
+            if self.settings["bm25"] and not manifest.get("lexical") and manifest["status"] == "complete" and manifest["shards"]:
+                manifest["status"] = "lexical"
             return self._build(records, limit)
         finally:
             self.close()
@@ -272,30 +286,40 @@ class IndexWriter:
             docs, n_inputs, skipped, examples = _take(stream, want, seen)
             if n_inputs == 0:
                 break
-            self._write_shard(len(shards), docs, n_inputs, skipped, examples)
+            shards.append(self._write_shard(self._next_shard(), docs, n_inputs, skipped, examples))
+            self._commit()
             done_docs += len(docs)
             bar.update(len(docs))
         bar.close()
 
-    def _write_shard(self, number: int, docs: list[Document], n_inputs: int, skipped: Counter, examples: dict) -> None:
+    def _next_shard(self) -> int:
+        return max((int(s["name"].split("-")[1]) + 1 for s in self.manifest["shards"]), default=0)
+
+    def _write_shard(self, number: int, docs: list[Document], n_inputs: int, skipped: Counter, examples: dict,
+                     encoded: list[Encoded] | None = None) -> dict[str, Any]:
+        """Encode `docs` (unless `encoded` is given) into shard `number`, in
+        place but not committed: the caller lists the entry returned."""
         started = time.time()
         encoder = self.encoder
-        passages_per_doc = [encoder.passages(d) for d in docs]
-        flat = [p for ps in passages_per_doc for p in ps]
-        encoded_flat = iter(encoder.encode(flat, progress=len(flat) > 64))
-        encoded = [_concat([next(encoded_flat) for _ in ps], encoder.dim) for ps in passages_per_doc]
+        passages = 0
+        if encoded is None:
+            passages_per_doc = [encoder.passages(d) for d in docs]
+            flat = [p for ps in passages_per_doc for p in ps]
+            encoded_flat = iter(encoder.encode(flat, progress=len(flat) > 64))
+            encoded = [_concat([next(encoded_flat) for _ in ps], encoder.dim) for ps in passages_per_doc]
+            passages = len(flat)
         name = shard_name(number)
         tmp = self.out / f"{name}.tmp"
         _remove(tmp)
         info = write_shard(tmp, docs, encoded, encoder.dim)
         tmp.rename(self.out / name)
-        self.manifest["shards"].append({
+        return {
             "name": name,
             "inputs": n_inputs,
             "docs": info["docs"],
             "sentences": info["sentences"],
             "vectors": info["vectors"],
-            "passages": len(flat),
+            "passages": passages,
             "skipped": dict(skipped),
             "skipped_examples": examples,
             "repaired": dict(Counter(r for d in docs for r in d.repairs)),
@@ -304,19 +328,20 @@ class IndexWriter:
             "encode_s": round(time.time() - started, 3),
             "index": None,
             "index_sha256": None,
-        })
-        self._commit()
+        }
 
-    def _train(self) -> None:
+    def _train(self, shards: list[dict[str, Any]] | None = None) -> None:
+        """Choose and train the ANN index on a sample of `shards`' vectors (default: the committed ones)."""
         started = time.time()
-        n, dim = self.manifest["counts"]["vectors"], self.encoder.dim
+        shards = self.manifest["shards"] if shards is None else shards
+        n, dim = sum(s["vectors"] for s in shards), self.encoder.dim
         backend = self.settings["backend"]
         factory = "HNSW" if backend == "hnsw" else (self.settings["factory"] or ann.default_factory(n, dim))
         self.manifest["index"] = {"backend": backend, "factory": factory, "metric": "inner_product", "trained": None}
         if backend == "faiss":
             size = ann.training_size(factory, n)
             if size:
-                sample = self._sample(size)
+                sample = self._sample(size, shards)
                 log.info("training %s on %d of %d vectors", factory, len(sample), n)
                 trained = ann.train(factory, sample)
             else:
@@ -327,12 +352,12 @@ class IndexWriter:
                                           trained_bytes=(self.out / TRAINED).stat().st_size, trained_on=size)
         self.manifest["index"]["train_s"] = round(time.time() - started, 3)
 
-    def _sample(self, size: int) -> np.ndarray:
-        """A fixed-seed uniform sample of all vectors, read shard by shard."""
-        n = self.manifest["counts"]["vectors"]
+    def _sample(self, size: int, shards: list[dict[str, Any]]) -> np.ndarray:
+        """A fixed-seed uniform sample of the shards' vectors, read shard by shard."""
+        n = sum(s["vectors"] for s in shards)
         chosen = np.sort(np.random.default_rng(0).choice(n, size=size, replace=False))
         parts, base = [], 0
-        for s in self.manifest["shards"]:
+        for s in shards:
             store = ShardStore(self.out / s["name"])
             for chunk in store.iter_vectors():
                 lo, hi = np.searchsorted(chosen, [base, base + len(chunk)])
@@ -341,10 +366,10 @@ class IndexWriter:
             store.close()
         return np.concatenate(parts)
 
-    def _add(self) -> None:
-        index_info = self.manifest["index"]
-        trained = ann.read_faiss(self.out / TRAINED) if index_info["backend"] == "faiss" else None
-        pending = [s for s in self.manifest["shards"] if s["index"] is None]
+    def _add(self, shards: list[dict[str, Any]] | None = None, commit: bool = True) -> None:
+        """Give each shard without one its ANN index (committing each, in a build)."""
+        trained = ann.read_faiss(self.out / TRAINED) if self.manifest["index"]["backend"] == "faiss" else None
+        pending = [s for s in (self.manifest["shards"] if shards is None else shards) if s["index"] is None]
         for s in tqdm(pending, desc="add", unit="shard", disable=len(pending) < 2):
             started = time.time()
             store = ShardStore(self.out / s["name"])
@@ -359,31 +384,214 @@ class IndexWriter:
             s["index"], s["index_sha256"] = file, sha256_file(self.out / s["name"] / file)
             s["index_bytes"] = (self.out / s["name"] / file).stat().st_size
             s["add_s"] = round(time.time() - started, 3)
-            self._commit()
+            if commit:
+                self._commit()
 
 
-    def _lexical(self) -> None:
+    def _lexical(self, name: str = lexical.BM25_DIR) -> None:
+        """BM25 over the live documents of the manifest's shards, in directory `name`."""
         started = time.time()
 
         def documents() -> Iterator[tuple[str, str]]:
             for s in self.manifest["shards"]:
                 store = ShardStore(self.out / s["name"])
+                dead = set(self._deleted(s).tolist())
                 for o in range(s["docs"]):
-                    doc = store.document(o)
-                    yield doc.id, lexical.document_text(doc.title if self.encoder.title else "", doc.text)
+                    if o not in dead:
+                        doc = store.document(o)
+                        yield doc.id, lexical.document_text(doc.title if self.encoder.title else "", doc.text)
                 store.close()
 
-        tmp, final = self.out / (lexical.BM25_DIR + ".tmp"), self.out / lexical.BM25_DIR
+        tmp, final = self.out / (name + ".tmp"), self.out / name
         _remove(tmp)
+        if not any(s["docs"] > s.get("deleted_docs", 0) for s in self.manifest["shards"]):  # nothing live: no collection to score
+            self.manifest["lexical"] = None
+            return
         index = lexical.BM25.build(documents())
         index.save(tmp)
         files = {f.name: sha256_file(f) for f in sorted(tmp.iterdir())}
         tmp.rename(final)
         self.manifest["lexical"] = {
-            "dir": lexical.BM25_DIR, "documents": len(index), **index.params, "files": files,
+            "dir": name, "documents": len(index), **index.params, "files": files,
             "build_s": round(time.time() - started, 3),
         }
         log.info("BM25 over %d documents in %.1fs", len(index), time.time() - started)
+
+
+    # -- a living index: create, add, delete, compact --------------------------------
+    def create(self) -> dict[str, Any]:
+        """Commit an empty, complete index (documents come with `add`)."""
+        try:
+            if self.manifest["shards"] or self.manifest["status"] == "complete":
+                raise ValueError(f"{self.out} already holds an index; open it instead")
+            self.manifest.update(status="complete", generation=0)
+            self._commit()
+            return self.manifest
+        finally:
+            self.close()
+
+    def add(self, records: Iterable[Record], *, replace: bool = False) -> dict[str, Any]:
+        """Append the records' documents in new shards, in one commit. An id
+        the index holds already is refused, unless `replace`: then its earlier
+        version is deleted in the same commit (an update). Returns a summary:
+        added, replaced, skipped (by reason)."""
+        self._acquire()
+        try:
+            self._require_complete("add to")
+            docs, n_inputs, skipped, examples = _take(iter(records), 2**63, set())
+            found = self._find([d.id for d in docs])
+            if found and not replace:
+                shown = ", ".join(repr(d) for d in list(found)[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+                raise ValueError(f"{len(found)} of the documents are in {self.out} already ({shown}); "
+                                 f"update them instead (Index.update, `propdex add --update`)")
+            new = []
+            for start in range(0, len(docs), self.settings["shard_docs"]):
+                chunk = docs[start : start + self.settings["shard_docs"]]
+                first = not new
+                new.append(self._write_shard(self._next_shard() + len(new), chunk, n_inputs if first else 0,
+                                             skipped if first else Counter(), examples if first else {}))
+            if not new and not skipped:
+                return {"added": 0, "replaced": 0, "skipped": {}}
+            if not new:  # all skipped: nothing to commit, but say so
+                log.warning("nothing added to %s: every record was skipped (%s)", self.out, dict(skipped))
+                return {"added": 0, "replaced": 0, "skipped": dict(skipped)}
+            if self.manifest["index"] is None:
+                self._train(new)
+            self._add(new, commit=False)
+            garbage = self._tombstone(found)
+            self.manifest["shards"] += new
+            self._commit_change(garbage)
+            log.info("added %d documents to %s (%d replaced) in %d shard(s)", len(docs), self.out, len(found), len(new))
+            return {"added": len(docs), "replaced": len(found), "skipped": dict(skipped)}
+        finally:
+            self.close()
+
+    def delete(self, doc_ids: Iterable[str]) -> dict[str, Any]:
+        """Delete the documents with these ids, in one commit. Returns
+        {"deleted": n, "missing": [ids the index does not hold]}."""
+        self._acquire()
+        try:
+            self._require_complete("delete from")
+            ids = list(dict.fromkeys(doc_ids))
+            found = self._find(ids)
+            missing = [d for d in ids if d not in found]
+            if found:
+                self._commit_change(self._tombstone(found))
+                log.info("deleted %d documents from %s", len(found), self.out)
+            return {"deleted": len(found), "missing": missing}
+        finally:
+            self.close()
+
+    def compact(self) -> dict[str, Any]:
+        """Rewrite the shards that hold deleted documents, and merge shards
+        smaller than shard_docs, from their stored vectors (no encoding); the
+        rewritten shards' files are removed once the new ones are committed."""
+        self._acquire()
+        try:
+            self._require_complete("compact")
+            shards = self.manifest["shards"]
+            small = [s for s in shards if s["docs"] < self.settings["shard_docs"]]
+            rewrite = [s for s in shards if s.get("deleted_docs") or (len(small) > 1 and s in small)]
+            if not rewrite:
+                return {"rewritten": 0, "removed": 0, "shards": len(shards)}
+            docs: list[Document] = []
+            encoded: list[Encoded] = []
+            new: list[dict[str, Any]] = []
+            number = self._next_shard()
+
+            def flush() -> None:
+                if docs:
+                    new.append(self._write_shard(number + len(new), docs, 0, Counter(), {}, list(encoded)))
+                    docs.clear()
+                    encoded.clear()
+
+            for s in tqdm(rewrite, desc="compact", unit="shard", disable=len(rewrite) < 2):
+                store = ShardStore(self.out / s["name"])
+                dead = set(self._deleted(s).tolist())
+                for o in range(s["docs"]):
+                    if o in dead:
+                        continue
+                    doc = store.document(o)
+                    (vectors, _), = store.vectors([o])
+                    docs.append(doc)
+                    encoded.append(Encoded(vectors.astype(np.float32), store.units(o)))
+                    if len(docs) == self.settings["shard_docs"]:
+                        flush()
+                store.close()
+            flush()
+            self._add(new, commit=False)
+            removed = sum(s.get("deleted_docs", 0) for s in rewrite)
+            # The first new shard carries what the rewritten ones recorded of their inputs.
+            for entry in new[:1]:
+                entry["inputs"] = sum(s["inputs"] for s in rewrite)
+                for key in ("skipped", "repaired"):
+                    entry[key] = dict(sum((Counter(s.get(key, {})) for s in rewrite), Counter()))
+                entry["skipped_examples"] = {}
+                for s in rewrite:
+                    for reason, examples in s.get("skipped_examples", {}).items():
+                        kept = entry["skipped_examples"].setdefault(reason, [])
+                        kept += examples[: EXAMPLES_PER_REASON - len(kept)]
+            self.manifest["shards"] = [s for s in shards if s not in rewrite] + new
+            self._commit_change([self.out / s["name"] for s in rewrite])
+            log.info("compacted %s: %d shards rewritten as %d, %d deleted documents removed", self.out, len(rewrite), len(new), removed)
+            return {"rewritten": len(rewrite), "removed": removed, "shards": len(self.manifest["shards"])}
+        finally:
+            self.close()
+
+    def _require_complete(self, what: str) -> None:
+        if self.manifest["status"] != "complete":
+            raise ValueError(f"cannot {what} {self.out} while its build is unfinished ({self.manifest['status']}); "
+                             f"run the same `propdex index` command again to finish it first")
+
+    def _deleted(self, shard: dict[str, Any]) -> np.ndarray:
+        return read_deleted(self.out / shard["name"] / shard["deleted"]) if shard.get("deleted") else np.zeros(0, np.int32)
+
+    def _find(self, doc_ids: list[str]) -> dict[str, tuple[int, int]]:
+        """The live documents among `doc_ids`: id -> (shard position, ordinal)."""
+        found: dict[str, tuple[int, int]] = {}
+        for i, s in enumerate(self.manifest["shards"]):
+            store = ShardStore(self.out / s["name"])
+            dead = set(self._deleted(s).tolist())
+            for doc_id in doc_ids:
+                if doc_id not in found:
+                    o = store.ordinal(doc_id)
+                    if o is not None and o not in dead:
+                        found[doc_id] = (i, o)
+            store.close()
+        return found
+
+    def _tombstone(self, found: dict[str, tuple[int, int]]) -> list[Path]:
+        """Write the new tombstone file of each shard `found` touches (aside,
+        listed in the manifest entry but not yet committed); the files they
+        replace, to remove after the commit."""
+        by_shard: dict[int, list[int]] = {}
+        for i, o in found.values():
+            by_shard.setdefault(i, []).append(o)
+        garbage = []
+        generation = self.manifest.get("generation", 0) + 1
+        for i, ordinals in by_shard.items():
+            s = self.manifest["shards"][i]
+            dead = np.union1d(self._deleted(s), ordinals)
+            name = f"deleted-{generation:06d}.npy"
+            write_deleted(self.out / s["name"] / name, dead)
+            if s.get("deleted"):
+                garbage.append(self.out / s["name"] / s["deleted"])
+            s.update(deleted=name, deleted_docs=len(dead), deleted_sha256=sha256_file(self.out / s["name"] / name),
+                     deleted_bytes=(self.out / s["name"] / name).stat().st_size)
+        return garbage
+
+    def _commit_change(self, garbage: list[Path]) -> None:
+        """Rebuild BM25, commit the next generation, then remove what it no longer lists."""
+        generation = self.manifest.get("generation", 0) + 1
+        old_bm25 = (self.manifest.get("lexical") or {}).get("dir")
+        if self.settings["bm25"]:
+            self._lexical(f"{lexical.BM25_DIR}-{generation:06d}")
+            if old_bm25:
+                garbage.append(self.out / old_bm25)
+        self.manifest["generation"] = generation
+        self._commit()
+        for path in garbage:
+            _remove(path)
 
 
 def _changed_inputs(old: dict[str, Any], new: dict[str, Any]) -> str:

@@ -30,12 +30,14 @@ class Committed:
 
 
 def committed_files(manifest: dict[str, Any]) -> list[Committed]:
-    """Every file the manifest commits (shards, trained index, BM25)."""
+    """Every file the manifest commits (shards, their tombstones, trained index, BM25)."""
     files = []
     for s in manifest.get("shards", []):
         files.append(Committed(f"{s['name']}/{LMDB_FILE}", s.get("lmdb_sha256"), s.get("lmdb_bytes")))
         if s.get("index"):
             files.append(Committed(f"{s['name']}/{s['index']}", s.get("index_sha256"), s.get("index_bytes")))
+        if s.get("deleted"):
+            files.append(Committed(f"{s['name']}/{s['deleted']}", s.get("deleted_sha256"), s.get("deleted_bytes")))
     index = manifest.get("index") or {}
     if index.get("trained"):
         files.append(Committed(index["trained"], index.get("trained_sha256"), index.get("trained_bytes")))

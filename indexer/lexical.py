@@ -94,10 +94,14 @@ class BM25:
             return np.zeros(len(self.ids), dtype=np.float32)
         return np.asarray(self.model.get_scores_from_ids(ids), dtype=np.float32)
 
-    def search(self, query: str, k: int, exclude: Iterable[str] = ()) -> list[tuple[str, float]]:
+    def search(self, query: str, k: int, exclude: Iterable[str] = (), mask: np.ndarray | None = None) -> list[tuple[str, float]]:
         """The top `k` (id, score) with a positive score, best first; ties go to
-        the earlier document. Ids in `exclude` are passed over."""
-        return top_k(self.scores(query), self.ids, k, exclude)
+        the earlier document. Ids in `exclude`, and documents whose `mask`
+        (bool per document, in index order) is False, are passed over."""
+        scores = self.scores(query)
+        if mask is not None:
+            scores = np.where(mask, scores, 0.0)
+        return top_k(scores, self.ids, k, exclude)
 
     # -- on disk ---------------------------------------------------------------
     def save(self, directory: Path) -> None:

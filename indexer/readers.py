@@ -430,6 +430,7 @@ def _document(
     source: str,
     max_chars: int,
     sentences: Iterable[Span] | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> Record:
     """A Document, or the Skip for an empty or oversized text or an id the
     index cannot key. Lone surrogates (JSON "\\ud800" escapes) in a text or
@@ -448,7 +449,7 @@ def _document(
         log.warning("%s: lone surrogates in the text or title replaced by U+FFFD", source)
         text, title, repairs = _repair(text), _repair(title), ("lone_surrogates",)
     spans = split_sentences(text) if sentences is None else sentences
-    return Document(doc_id, text, title, tuple(spans), source=source, repairs=repairs)
+    return Document(doc_id, text, title, tuple(spans), source=source, repairs=repairs, metadata=metadata or {})
 
 
 def _utf8(text: str) -> bool:
@@ -501,6 +502,13 @@ def _jsonl_record(raw: bytes, source: str, max_chars: int) -> Record:
         return Skip("malformed_json", source, str(e))
     if not isinstance(obj, dict):
         return Skip("malformed_json", source, f"a JSON {type(obj).__name__}, not an object")
+    return record_from_dict(obj, source, max_chars)
+
+
+def record_from_dict(obj: dict[str, Any], source: str, max_chars: int = 2_000_000) -> Record:
+    """A JSONL record's object as a Document (or the Skip saying why not):
+    `id` or `_id` (string or integer), `text`, optional `title`, and any
+    other fields as metadata. The Python API's `Index.add` reads dicts here."""
     doc_id = obj.get("_id", obj.get("id"))
     # bool is an int, but a boolean id is a data error, not a number.
     if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or doc_id == "":
@@ -509,7 +517,24 @@ def _jsonl_record(raw: bytes, source: str, max_chars: int) -> Record:
     if not isinstance(text, str):
         return Skip("missing_field", source, "no string text")
     title = obj.get("title")
-    return _document(str(doc_id), text, title if isinstance(title, str) else "", source, max_chars)
+    metadata = _metadata(obj)
+    try:
+        json.dumps(metadata, ensure_ascii=False)
+    except (TypeError, ValueError) as e:
+        return Skip("bad_metadata", source, f"metadata must be JSON: {e}")
+    return _document(str(doc_id), text, title if isinstance(title, str) else "", source, max_chars, metadata=metadata)
+
+
+def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
+    """Every field of a JSONL record besides id, text and title; a BEIR
+    record's `metadata` object is opened up into its fields (the record's
+    own fields win a clash)."""
+    nested = obj.get("metadata")
+    fields = dict(nested) if isinstance(nested, dict) else {}
+    if nested is not None and not isinstance(nested, dict):
+        fields["metadata"] = nested
+    fields.update((k, v) for k, v in obj.items() if k not in ("_id", "id", "text", "title", "metadata"))
+    return fields
 
 
 # ------------------------------------------------------------------ HotpotQA
@@ -880,7 +905,8 @@ def _wikiextractor_record(
     # WikiExtractor repeats the title (HTML-escaped) as the first body line.
     if body and html.unescape(body[0]).strip() == title.strip():
         body = body[1:]
-    return _document(attrs["id"], "".join(body).strip(), title, source, max_chars)
+    extra = {k: v for k, v in attrs.items() if k not in ("id", "title")}  # url, revid
+    return _document(attrs["id"], "".join(body).strip(), title, source, max_chars, metadata=extra)
 
 
 _READERS = {

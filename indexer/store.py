@@ -4,18 +4,23 @@ A shard holds documents 0..n-1 (ordinals local to the shard) and their vectors
 0..V-1 in document order, so vector ids are the FAISS ids of the shard's index
 and `offsets[d]:offsets[d+1]` are document d's vectors. Keys:
 
-    doc/<ord>    JSON {id, title, text, sentences}
+    doc/<ord>    JSON {id, title, text, sentences, metadata}
     vec/<ord>    float16 (n, dim) row-major: what stage 2 re-scores exactly
     sen/<ord>    int32 (n, 2): first and last sentence of each unit
     unit/<ord>   int32 packed [kind, nspans, a1, b1, ...] per unit
     id/<doc id>  ordinal, for lookups by id
+    meta/<field>\0<value>  int32 ordinals of the documents whose metadata
+                 field holds that value (JSON-canonical; each element of a
+                 list), for `where=` filters
     offsets      int64 (n_docs + 1): vector id -> document (the vid -> unit map)
     info         JSON {docs, vectors, dim, sentences}
 """
 from __future__ import annotations
 
 import json
+import os
 import struct
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +35,23 @@ LMDB_DIR = "meta.lmdb"
 
 def _key(prefix: bytes, ordinal: int) -> bytes:
     return prefix + struct.pack(">I", ordinal)
+
+
+Scalar = str | int | float | bool | None
+
+
+def metadata_key(field: str, value: Scalar) -> bytes:
+    """The LMDB key listing the documents whose `field` holds `value`.
+    Integral floats key as integers: 2021.0 finds 2021, as == does."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return b"meta/" + field.encode() + b"\0" + json.dumps(value, ensure_ascii=False).encode()
+
+
+def metadata_values(value: object) -> list[Scalar]:
+    """The values a metadata field is found by: a scalar, or each scalar of a list."""
+    items = value if isinstance(value, list) else [value]
+    return [v for v in items if v is None or isinstance(v, (str, int, float, bool))]
 
 
 def pack_units(units: Sequence[Unit]) -> tuple[np.ndarray, np.ndarray]:
@@ -68,16 +90,23 @@ class StoredDoc:
 
 def write_shard(path: Path, docs: Sequence[Document], encoded: Sequence[Encoded], dim: int) -> dict:
     """Write a complete shard store at `path` (a fresh directory) in one transaction."""
-    payload = sum(len(d.text) * 4 + e.vectors.shape[0] * (dim * 2 + 64) for d, e in zip(docs, encoded))
+    payload = sum(len(d.text) * 4 + 8 * len(json.dumps(dict(d.metadata), ensure_ascii=False)) + e.vectors.shape[0] * (dim * 2 + 64)
+                  for d, e in zip(docs, encoded))
     path.mkdir(parents=True)
     env = lmdb.open(str(path / LMDB_DIR), map_size=2 * payload + (64 << 20), subdir=True, lock=False)
     offsets = np.zeros(len(docs) + 1, dtype=np.int64)
     n_sentences = 0
+    by_value: dict[bytes, list[int]] = {}
     with env.begin(write=True) as txn:
         for i, (doc, enc) in enumerate(zip(docs, encoded)):
             record = {"id": doc.id, "title": doc.title, "text": doc.text, "sentences": doc.sentences}
             if doc.focus:
                 record["focus"] = doc.focus
+            if doc.metadata:
+                record["metadata"] = dict(doc.metadata)
+                for field, value in doc.metadata.items():
+                    for v in dict.fromkeys(metadata_values(value)):
+                        by_value.setdefault(metadata_key(field, v), []).append(i)
             txn.put(_key(b"doc/", i), json.dumps(record, ensure_ascii=False).encode())
             txn.put(_key(b"vec/", i), enc.vectors.astype(np.float16).tobytes())
             sentences, packed = pack_units(enc.units)
@@ -86,6 +115,8 @@ def write_shard(path: Path, docs: Sequence[Document], encoded: Sequence[Encoded]
             txn.put(b"id/" + doc.id.encode(), struct.pack(">I", i))
             offsets[i + 1] = offsets[i] + len(enc.units)
             n_sentences += len(doc.sentences)
+        for key, ordinals in by_value.items():
+            txn.put(key, np.array(ordinals, dtype=np.int32).tobytes())
         info = {"docs": len(docs), "vectors": int(offsets[-1]), "dim": dim, "sentences": n_sentences}
         txn.put(b"offsets", offsets.tobytes())
         txn.put(b"info", json.dumps(info).encode())
@@ -94,12 +125,51 @@ def write_shard(path: Path, docs: Sequence[Document], encoded: Sequence[Encoded]
     return info
 
 
+def write_deleted(path: Path, ordinals: Sequence[int]) -> None:
+    """A shard's tombstones: the sorted ordinals of its deleted documents
+    (written aside by the caller and committed by the manifest)."""
+    with open(path, "wb") as f:
+        np.save(f, np.unique(np.asarray(ordinals, dtype=np.int32)))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_deleted(path: Path) -> np.ndarray:
+    return np.load(path, allow_pickle=False).astype(np.int32)
+
+
+# LMDB refuses a second open of one environment in a process, so the stores
+# of one shard (a writer's and a searcher's, two searchers') share it.
+_ENVS: dict[str, list] = {}  # resolved path -> [environment, users]
+_ENVS_LOCK = threading.Lock()
+
+
+def _open_env(path: Path) -> lmdb.Environment:
+    key = str((path / LMDB_DIR).resolve())
+    with _ENVS_LOCK:
+        if key not in _ENVS:
+            _ENVS[key] = [lmdb.open(key, readonly=True, lock=False, subdir=True, max_readers=256), 0]
+        _ENVS[key][1] += 1
+        return _ENVS[key][0]
+
+
+def _close_env(env: lmdb.Environment) -> None:
+    with _ENVS_LOCK:
+        for key, entry in list(_ENVS.items()):
+            if entry[0] is env:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del _ENVS[key]
+                    env.close()
+                return
+
+
 class ShardStore:
     """Read access to one shard's LMDB (read-only, safe to share across threads)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.env = lmdb.open(str(path / LMDB_DIR), readonly=True, lock=False, subdir=True, max_readers=256)
+        self.env = _open_env(path)
         with self.env.begin() as txn:
             self.info = json.loads(txn.get(b"info"))
             self.offsets = np.frombuffer(txn.get(b"offsets"), dtype=np.int64)
@@ -145,17 +215,30 @@ class ShardStore:
             if parts:
                 yield np.concatenate(parts).astype(np.float32)
 
+    def matching(self, field: str, values: Sequence[Scalar]) -> np.ndarray:
+        """Sorted ordinals of the documents whose `field` holds any of `values`."""
+        with self.env.begin() as txn:
+            parts = [np.frombuffer(raw, dtype=np.int32) for v in values if (raw := txn.get(metadata_key(field, v))) is not None]
+        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int32)
+
     def doc_ids(self) -> Iterator[str]:
+        for doc_id, _ in self.id_ordinals():
+            yield doc_id
+
+    def id_ordinals(self) -> Iterator[tuple[str, int]]:
+        """(id, ordinal) of every document, in id order."""
         with self.env.begin() as txn:
             cursor = txn.cursor()
             if cursor.set_range(b"id/"):
-                for key in cursor.iternext(values=False):
+                for key, value in cursor:
                     if not key.startswith(b"id/"):
                         break
-                    yield key[3:].decode()
+                    yield key[3:].decode(), struct.unpack(">I", value)[0]
 
     def close(self) -> None:
-        self.env.close()
+        if self.env is not None:
+            _close_env(self.env)
+            self.env = None
 
 
 def _document(raw: bytes) -> Document:
@@ -163,4 +246,5 @@ def _document(raw: bytes) -> Document:
     return Document(
         r["id"], r["text"], r.get("title", ""),
         tuple(tuple(s) for s in r["sentences"]), tuple(tuple(s) for s in r.get("focus", ())),
+        metadata=r.get("metadata", {}),
     )

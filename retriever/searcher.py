@@ -5,25 +5,31 @@ parallel) and estimates a MaxSim score per candidate document from the hits.
 Stage 2 re-scores the best candidates exactly from their stored vectors
 (MaxSim, or Cross-Thought's attention over the candidates) and aggregates to
 the level asked for: document, sentence or unit.
+
+Deleted documents and `where=` filters act inside stage 1 (FAISS ID
+selectors over the allowed vectors), so they never crowd out the documents
+that may be returned; a filter that leaves few vectors is answered exactly.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import lmdb
 import numpy as np
 
 from propdex.encoders import Document, encoder_from_config
 from propdex.encoders.units import Unit
 from propdex.indexer import ann, integrity, lexical
 from propdex.indexer.manifest import read_manifest
-from propdex.indexer.store import ShardStore
+from propdex.indexer.store import ShardStore, metadata_values, read_deleted
 
 from . import fusion, scoring
 
@@ -36,6 +42,9 @@ Level = Literal["doc", "sentence", "unit"]
 LEVELS = ("doc", "sentence", "unit")
 # Hybrid search fuses the dense and the BM25 ranking of this many documents each.
 FUSION_DEPTH = 100
+# A filter that leaves at most this many vectors is answered by re-scoring all of them.
+EXACT_FILTERED_VECTORS = 50_000
+Where = Mapping[str, Any]
 
 
 @dataclass
@@ -49,6 +58,8 @@ class Hit:
     spans: list[tuple[int, int]]  # char spans in sentence_text that matched
     units: list[Unit] = field(default_factory=list, repr=False)
     hop: int = 1  # 2: found by the second hop (search(..., hops=2))
+    text: str = ""  # what matched: the document's text (level doc), else the sentence's
+    metadata: dict[str, Any] = field(default_factory=dict)  # the input record's other fields
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +68,8 @@ class Hit:
             "doc_id": self.doc_id,
             "title": self.title,
             "score": round(self.score, 6),
+            "text": self.text,
+            "metadata": self.metadata,
             "sentence": {"index": self.sentence_index, "text": self.sentence_text},
             "spans": [list(s) for s in self.spans],
         }
@@ -67,6 +80,11 @@ class _Shard:
     name: str
     store: ShardStore
     index: Any  # faiss.Index or ann.HnswIndex
+    live: np.ndarray | None = None  # bool per document; None: none is deleted
+
+    def vector_mask(self, docs: np.ndarray) -> np.ndarray:
+        """Per vector, whether its document is in the bool mask `docs`."""
+        return np.repeat(docs, np.diff(self.store.offsets))
 
 
 @dataclass
@@ -95,26 +113,37 @@ class Searcher:
         if nprobe < 1:
             raise ValueError(f"nprobe must be at least 1, got {nprobe}")
         self.nprobe = nprobe  # the default; search(nprobe=...) overrides it for that call only
-        self._bm25: lexical.BM25 | None = None
+        info = manifest.get("lexical")
+        # Loaded (memory-mapped) now, not on first use: a writer's later
+        # commit replaces it, and this reader keeps the view it opened.
+        self._bm25 = lexical.BM25.load(path / info["dir"]) if info else None
+        self._bm25_masks: dict[str, np.ndarray] = {}
         self._bm25_lock = threading.Lock()
 
     @property
     def bm25(self) -> lexical.BM25:
-        """The index's BM25 (loaded, memory-mapped, on first use)."""
-        with self._bm25_lock:
-            if self._bm25 is None:
-                info = self.manifest.get("lexical")
-                if not info:
-                    raise ValueError(f"{self.path} has no BM25 index (built with --no-bm25, or before propdex had one); rebuild it to search with BM25")
-                self._bm25 = lexical.BM25.load(self.path / info["dir"])
-            return self._bm25
+        if self._bm25 is None:
+            raise ValueError(f"{self.path} has no BM25 index (built with --no-bm25, or before propdex had one); rebuild it to search with BM25")
+        return self._bm25
 
     @classmethod
     def load(
         cls, path: str | Path, *, device: str = "auto", encoder: "Encoder | None" = None, nprobe: int = 32, mmap: bool = False
     ) -> "Searcher":
         path = Path(path)
-        manifest = read_manifest(path)
+        for attempt in range(3):
+            manifest = read_manifest(path)
+            try:
+                return cls._open(path, manifest, device, encoder, nprobe, mmap)
+            except (ValueError, OSError, lmdb.Error):
+                # A writer committed while this reader opened the files of the
+                # commit before, and removed some: open the new commit instead.
+                if attempt == 2 or read_manifest(path) == manifest:
+                    raise
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _open(cls, path: Path, manifest: dict[str, Any], device: str, encoder: "Encoder | None", nprobe: int, mmap: bool) -> "Searcher":
         problems = integrity.check(path, manifest)
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -127,20 +156,28 @@ class Searcher:
             raise ValueError(f"encoder {encoder.config()} does not match the index's {manifest['encoder']}")
         if encoder.backbone.weights_hash != manifest["backbone"]["weights_sha256"]:
             raise ValueError(f"backbone {encoder.backbone.name!r} here has other weights than the index was built with")
-        shards = []
-        for s in manifest["shards"]:
-            if s["index"] is None:
-                continue
-            store = ShardStore(path / s["name"])
-            file = path / s["name"] / s["index"]
-            index = ann.HnswIndex(file, store.dim, s["vectors"]) if s["index"].endswith(".hnsw") else ann.read_faiss(file, mmap)
-            counts = (len(store), int(store.info["vectors"]), index.ntotal)
-            if counts != (s["docs"], s["vectors"], s["vectors"]):
-                store.close()
-                raise ValueError(f"index {path} is damaged: {s['name']} holds {counts[0]} documents, {counts[1]} stored and "
-                                 f"{counts[2]} indexed vectors, its manifest {s['docs']} and {s['vectors']}")
-            shards.append(_Shard(s["name"], store, index))
-        return cls(path, manifest, encoder, shards, nprobe)
+        shards: list[_Shard] = []
+        try:
+            for s in manifest["shards"]:
+                if s["index"] is None:
+                    continue
+                store = ShardStore(path / s["name"])
+                shards.append(_Shard(s["name"], store, None))
+                file = path / s["name"] / s["index"]
+                index = ann.HnswIndex(file, store.dim, s["vectors"]) if s["index"].endswith(".hnsw") else ann.read_faiss(file, mmap)
+                counts = (len(store), int(store.info["vectors"]), index.ntotal)
+                if counts != (s["docs"], s["vectors"], s["vectors"]):
+                    raise ValueError(f"index {path} is damaged: {s['name']} holds {counts[0]} documents, {counts[1]} stored and "
+                                     f"{counts[2]} indexed vectors, its manifest {s['docs']} and {s['vectors']}")
+                shards[-1].index = index
+                if s.get("deleted"):
+                    shards[-1].live = np.ones(len(store), dtype=bool)
+                    shards[-1].live[read_deleted(path / s["name"] / s["deleted"])] = False
+            return cls(path, manifest, encoder, shards, nprobe)
+        except BaseException:
+            for shard in shards:
+                shard.store.close()
+            raise
 
     # -- public API ----------------------------------------------------------------
     def search(self, query: str | Document, k: int = 10, level: Level = "doc", **options: Any) -> list[Hit]:
@@ -160,6 +197,7 @@ class Searcher:
         hybrid: bool = False,
         bm25: bool = False,
         hops: int = 1,
+        where: Where | None = None,
     ) -> list[list[Hit]]:
         """Search many queries; `candidates` = ANN hits per query vector and shard,
         `rerank` = documents re-scored exactly per query, `exclude` = doc ids to
@@ -177,19 +215,26 @@ class Searcher:
         BM25 is asked again with the question and the best document's text,
         and its documents take every HOP_EVERY-th place of the ranking
         (retriever.fusion.interleave); their hits say `hop=2` and carry their
-        BM25 score. Measured in eval/RESULTS.md (`:hops=2` systems)."""
+        BM25 score. Measured in eval/RESULTS.md (`:hops=2` systems).
+
+        `where` keeps the documents whose metadata matches every field:
+        `{"year": 2021, "source": ["arxiv", "pmc"]}` is year 2021 and source
+        arxiv or pmc; a field holding a list matches any of its elements. It
+        acts before aggregation, so k matching documents give k hits."""
         if hops not in (1, 2):
             raise ValueError(f"hops must be 1 or 2, got {hops}")
         if hops == 2 and level != "doc":
             raise ValueError("hops=2 ranks documents: use level='doc'")
-        results = self._search(queries, k, level, nprobe, candidates, rerank, exclude, within, hybrid, bm25)
+        allowed = self._allowed(where)
+        results = self._search(queries, k, level, nprobe, candidates, rerank, exclude, within, hybrid, bm25, allowed, where)
         if hops == 2:
-            results = [self._second_hop(_text(q), hits, k, exclude[qi] if exclude else set()) for qi, (q, hits) in enumerate(zip(queries, results))]
+            results = [self._second_hop(_text(q), hits, k, exclude[qi] if exclude else set(), allowed, where)
+                       for qi, (q, hits) in enumerate(zip(queries, results))]
         return results
 
     def _search(self, queries: Sequence[str | Document], k: int, level: Level, nprobe: int | None, candidates: int | None,
                 rerank: int | None, exclude: Sequence[set[str]] | None, within: Sequence[Sequence[str]] | None,
-                hybrid: bool, bm25: bool) -> list[list[Hit]]:
+                hybrid: bool, bm25: bool, allowed: list[np.ndarray | None], where: Where | None) -> list[list[Hit]]:
         if level not in LEVELS:
             raise ValueError(f"unknown level {level!r}; choose from {', '.join(LEVELS)}")
         if k < 1:
@@ -204,10 +249,12 @@ class Searcher:
         if bm25:
             if level != "doc":
                 raise ValueError("BM25 alone ranks documents: use level='doc', or hybrid=True for sentences and units")
-            return [self._lexical_hits(_text(q), k, exclude[qi] if exclude else set()) for qi, q in enumerate(queries)]
+            return [self._lexical_hits(_text(q), k, exclude[qi] if exclude else set(), allowed, where) for qi, q in enumerate(queries)]
         for name, value in (("nprobe", nprobe), ("candidates", candidates), ("rerank", rerank)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+        if not self.shards:
+            return [[] for _ in queries]
         self._warn_unknown(queries)
         encoded = self.encoder.encode_queries(list(queries))
         sizes = [len(e.vectors) for e in encoded]
@@ -215,8 +262,12 @@ class Searcher:
         # Multi-vector queries spread their budget over many vectors.
         per_vector = candidates or (64 if max(sizes) > 1 else max(100, 10 * k))
         n_rerank = rerank or max(100, 2 * k)
+        filtered = [self._vector_mask(s, a) for s, a in zip(self.shards, allowed)]
+        if within is None and where is not None and sum(int(m.sum()) for m in filtered if m is not None) <= EXACT_FILTERED_VECTORS:
+            # Few vectors pass the filter: re-score every one of their documents.
+            within = [self._keys_allowed(allowed)] * len(queries)
         if within is None:
-            hits = self._stage1(np.concatenate([e.vectors for e in encoded]), per_vector, nprobe or self.nprobe)  # one ANN call for the batch
+            hits = self._stage1(np.concatenate([e.vectors for e in encoded]), per_vector, nprobe or self.nprobe, filtered)  # one ANN call for the batch
         results = []
         start = 0
         for qi, e in enumerate(encoded):
@@ -225,19 +276,25 @@ class Searcher:
             skip = exclude[qi] if exclude else set()
             if within is None:
                 chosen = self._candidates(len(e.vectors), [(s, h[0][rows], h[1][rows]) for s, h in enumerate(hits)], n_rerank + len(skip))
+                if len(chosen) < k + len(skip) and any(m is not None for m in filtered):
+                    # The probed lists held too few allowed vectors: probe them all.
+                    wide = self._stage1(e.vectors, per_vector, 1 << 30, filtered)
+                    chosen = self._candidates(len(e.vectors), [(sh, sc, d) for sh, (sc, d) in enumerate(wide)], n_rerank + len(skip))
+            elif isinstance(within[qi], np.ndarray):
+                chosen = within[qi]
             else:
-                chosen = self._locate(within[qi])
+                chosen = self._locate(within[qi], allowed)
             cands = self._stage2(e.vectors, chosen, n_rerank if within is None else len(chosen), skip)
             if not hybrid:
                 results.append(self._hits(cands, self._rows(cands, k, level), level))
                 continue
-            lexical_ranking = [d for d, _ in self.bm25.search(_text(queries[qi]), depth, exclude=skip)]
+            lexical_ranking = [d for d, _ in self.bm25.search(_text(queries[qi]), depth, exclude=skip, mask=self._bm25_mask(allowed, where))]
             if level != "doc":
                 # Sentences of BM25's best documents must be there to be fused.
                 have = {self._doc_id(c) for c in cands}
                 missing = [d for d in lexical_ranking[:k] if d not in have]
                 if missing:
-                    cands += self._stage2(e.vectors, self._locate(missing), len(missing), skip)
+                    cands += self._stage2(e.vectors, self._locate(missing, allowed), len(missing), skip)
             results.append(self._fused(cands, self._rows(cands, depth, level), lexical_ranking, e.vectors, k, level, skip))
         return results
 
@@ -262,14 +319,16 @@ class Searcher:
             chosen = sorted(scored, key=lambda t: -t[0])[:k]
         return self._hits(cands, chosen, level)
 
-    def _lexical_hits(self, query: str, k: int, skip: set[str]) -> list[Hit]:
+    def _lexical_hits(self, query: str, k: int, skip: set[str], allowed: list[np.ndarray | None], where: Where | None) -> list[Hit]:
         terms = set(lexical.analyze(query))
-        ranked = self._lexical_ranking(query, k, skip)
+        ranked = self._lexical_ranking(query, k, skip, allowed, where)
         return [self._bm25_hit(rank, doc_id, score, terms) for rank, (doc_id, score) in enumerate(ranked, start=1)]
 
-    def _lexical_ranking(self, query: str, k: int, skip: set[str]) -> list[tuple[str, float]]:
+    def _lexical_ranking(self, query: str, k: int, skip: set[str], allowed: list[np.ndarray | None],
+                         where: Where | None) -> list[tuple[str, float]]:
         # An incomplete index may lack a document BM25 holds.
-        return [(d, s) for d, s in self.bm25.search(query, k, exclude=skip) if self._key(d) is not None]
+        return [(d, s) for d, s in self.bm25.search(query, k, exclude=skip, mask=self._bm25_mask(allowed, where))
+                if self._key(d) is not None]
 
     def _bm25_hit(self, rank: int, doc_id: str, score: float, terms: set[str]) -> Hit:
         key = self._key(doc_id)
@@ -285,14 +344,15 @@ class Searcher:
             if ids and all(i == tokenizer.unk_token_id for i in ids):
                 log.warning("query %r is unknown to the backbone's vocabulary (all [UNK]): its dense results carry no meaning", _text(q)[:80])
 
-    def _second_hop(self, query: str, hits: list[Hit], k: int, skip: set[str]) -> list[Hit]:
+    def _second_hop(self, query: str, hits: list[Hit], k: int, skip: set[str], allowed: list[np.ndarray | None],
+                    where: Where | None) -> list[Hit]:
         if not hits:
             return hits
         key = self._key(hits[0].doc_id)
         assert key is not None  # a hit comes from a shard
         seed = self.shards[key >> 32].store.document(key & 0xFFFFFFFF)
         expanded = fusion.hop_query(query, seed.text)
-        second = dict(self._lexical_ranking(expanded, k + 1, skip | {seed.id}))
+        second = dict(self._lexical_ranking(expanded, k + 1, skip | {seed.id}, allowed, where))
         first = {h.doc_id: h for h in hits}
         terms = set(lexical.analyze(expanded))
         # Hits are built only for the second hop's documents that get a place.
@@ -303,21 +363,59 @@ class Searcher:
         return self.shards[c.shard].store.document(c.ordinal).id
 
     # -- stage 1 ---------------------------------------------------------------------
-    def _stage1(self, vectors: np.ndarray, per_vector: int, nprobe: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per shard: (scores, document ordinals) of each query vector's ANN hits."""
+    def _stage1(self, vectors: np.ndarray, per_vector: int, nprobe: int,
+                masks: list[np.ndarray | None]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per shard: (scores, document ordinals) of each query vector's ANN
+        hits among the vectors its mask allows (None: all)."""
 
-        def one(shard: _Shard) -> tuple[np.ndarray, np.ndarray]:
-            n = min(per_vector, shard.index.ntotal)
+        def one(shard: _Shard, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+            n = min(per_vector, shard.index.ntotal if mask is None else int(mask.sum()))
             if n == 0:
                 return np.zeros((len(vectors), 0), np.float32), np.zeros((len(vectors), 0), np.int64)
-            x = np.ascontiguousarray(vectors)
-            params = ann.search_params(shard.index, nprobe)
-            scores, ids = shard.index.search(x, n, params=params) if params is not None else shard.index.search(x, n)
+            scores, ids = ann.search(shard.index, vectors, n, nprobe, mask)
             valid = ids >= 0
             docs = np.where(valid, shard.store.doc_of_vectors(np.where(valid, ids, 0)), -1)
             return np.where(valid, scores, -np.inf).astype(np.float32), docs
 
-        return list(self._pool.map(one, self.shards))
+        return list(self._pool.map(one, self.shards, masks))
+
+    # -- deletions and filters -------------------------------------------------------
+    def _allowed(self, where: Where | None) -> list[np.ndarray | None]:
+        """Per shard, a bool mask of the documents a search may return (None: all)."""
+        fields = _where(where)
+        out = []
+        for shard in self.shards:
+            mask = shard.live
+            for field, values in fields.items():
+                match = np.zeros(len(shard.store), dtype=bool)
+                match[shard.store.matching(field, values)] = True
+                mask = match if mask is None else mask & match
+            out.append(mask)
+        return out
+
+    @staticmethod
+    def _vector_mask(shard: _Shard, docs: np.ndarray | None) -> np.ndarray | None:
+        return None if docs is None else shard.vector_mask(docs)
+
+    def _keys_allowed(self, allowed: list[np.ndarray | None]) -> np.ndarray:
+        keys = [(np.int64(s) << 32) | np.flatnonzero(np.ones(len(sh.store), bool) if m is None else m)
+                for s, (sh, m) in enumerate(zip(self.shards, allowed))]
+        return np.concatenate(keys) if keys else np.zeros(0, np.int64)
+
+    def _bm25_mask(self, allowed: list[np.ndarray | None], where: Where | None) -> np.ndarray | None:
+        """Which of BM25's documents pass `where` (None: no filter). BM25 is
+        rebuilt over the live documents at every commit, so deletions need none."""
+        if not where:
+            return None
+        key = json.dumps(_where(where), sort_keys=True)
+        with self._bm25_lock:
+            if key not in self._bm25_masks:
+                ids = {doc_id for shard, mask in zip(self.shards, allowed) if mask is not None and mask.any()
+                       for doc_id, o in shard.store.id_ordinals() if mask[o]}
+                if len(self._bm25_masks) >= 8:
+                    self._bm25_masks.pop(next(iter(self._bm25_masks)))
+                self._bm25_masks[key] = np.fromiter((d in ids for d in self.bm25.ids), dtype=bool, count=len(self.bm25))
+            return self._bm25_masks[key]
 
     # -- stage 2 ---------------------------------------------------------------------
     @staticmethod
@@ -342,17 +440,20 @@ class Searcher:
         return docs[np.argsort(-approx, kind="stable")[:n]]
 
     def _key(self, doc_id: str) -> int | None:
-        """The document's key (shard << 32 | ordinal), or None where no shard holds it."""
+        """The live document's key (shard << 32 | ordinal), or None where no
+        shard holds it (an updated document's earlier version is deleted)."""
         for s, shard in enumerate(self.shards):
             ordinal = shard.store.ordinal(doc_id)
-            if ordinal is not None:
+            if ordinal is not None and (shard.live is None or shard.live[ordinal]):
                 return (s << 32) | ordinal
         return None
 
-    def _locate(self, doc_ids: Sequence[str]) -> np.ndarray:
-        """Keys of the listed documents that the index holds, in the order given."""
+    def _locate(self, doc_ids: Sequence[str], allowed: list[np.ndarray | None] | None = None) -> np.ndarray:
+        """Keys of the listed documents that the index holds (and the filter
+        allows), in the order given."""
         keys = [self._key(d) for d in dict.fromkeys(doc_ids)]
-        return np.array([k for k in keys if k is not None], dtype=np.int64)
+        keys = [k for k in keys if k is not None and (allowed is None or allowed[k >> 32] is None or allowed[k >> 32][k & 0xFFFFFFFF])]
+        return np.array(keys, dtype=np.int64)
 
     def _stage2(self, q: np.ndarray, chosen: np.ndarray, n_rerank: int, exclude: set[str]) -> list[_Candidate]:
         """Exact scores of the chosen documents; the best `n_rerank`, best first."""
@@ -438,7 +539,8 @@ class Searcher:
                 a, b = max(a + base, 0), min(b + base, s_end - s_start)
                 if a < b:
                     spans.append((a, b))
-        return Hit(rank, doc.id, doc.title, score, sentence, doc.text[s_start:s_end], sorted(set(spans)), units)
+        return Hit(rank, doc.id, doc.title, score, sentence, doc.text[s_start:s_end], sorted(set(spans)), units,
+                   text=doc.text if where is None else doc.text[s_start:s_end], metadata=dict(doc.metadata))
 
     def close(self) -> None:
         self._pool.shutdown()
@@ -467,4 +569,22 @@ def _lexical_hit(rank: int, doc: Document, score: float, terms: set[str]) -> Hit
         if n > best_n:
             best, best_spans, best_n = i, spans, n
     a, b = sentences[best]
-    return Hit(rank, doc.id, doc.title, score, best, doc.text[a:b], best_spans)
+    return Hit(rank, doc.id, doc.title, score, best, doc.text[a:b], best_spans, text=doc.text, metadata=dict(doc.metadata))
+
+
+def _where(where: Where | None) -> dict[str, list[Any]]:
+    """A validated filter: field -> the values any of which matches."""
+    if where is None:
+        return {}
+    if not isinstance(where, Mapping):
+        raise ValueError(f"where must map metadata fields to values, got {type(where).__name__}")
+    out = {}
+    for field, value in where.items():
+        if not isinstance(field, str) or not field:
+            raise ValueError(f"where: field names are non-empty strings, got {field!r}")
+        values = value if isinstance(value, (list, tuple, set, frozenset)) else [value]
+        scalars = metadata_values(list(values))
+        if len(scalars) != len(values) or not values:
+            raise ValueError(f"where[{field!r}]: give a string, number, bool or null, or a non-empty list of them; got {value!r}")
+        out[field] = scalars
+    return out
