@@ -419,6 +419,18 @@ class IndexWriter:
 
 
     # -- a living index: create, add, delete, compact --------------------------------
+    @classmethod
+    def open(cls, out: str | Path, encoder: "Encoder | None" = None, *, device: str = "auto") -> "IndexWriter":
+        """A writer for the existing index at `out`, with the settings it was
+        built with (and its encoder, unless one is given)."""
+        from propdex.encoders import encoder_from_config
+
+        manifest = read_manifest(Path(out))
+        if encoder is None:
+            encoder = encoder_from_config(manifest["encoder"], device=device)
+        settings = manifest["settings"]
+        return cls(out, encoder, **{k: settings[k] for k in ("shard_docs", "factory", "backend", "bm25") if k in settings})
+
     def create(self) -> dict[str, Any]:
         """Commit an empty, complete index (documents come with `add`)."""
         try:

@@ -48,6 +48,53 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_index)
 
 
+def add_update_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("add", help="add documents to an index", description="Encode the inputs' documents and commit them to an existing index.")
+    p.add_argument("index", type=Path, metavar="DIR")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="files or directories, in any format `propdex index` reads")
+    p.add_argument("--format", choices=FORMATS, help="input format (default: detected)")
+    p.add_argument("--update", action="store_true", help="replace documents whose id the index holds (default: refuse them)")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(run=run_add)
+
+    p = sub.add_parser("delete", help="delete documents from an index by id")
+    p.add_argument("index", type=Path, metavar="DIR")
+    p.add_argument("ids", nargs="+", metavar="ID")
+    p.set_defaults(run=run_delete)
+
+    p = sub.add_parser("compact", help="rewrite an index's shards without their deleted documents, merging small ones")
+    p.add_argument("index", type=Path, metavar="DIR")
+    p.set_defaults(run=run_compact)
+
+
+def run_add(args: argparse.Namespace) -> int:
+    records = read_corpus(args.inputs, args.format)  # checks the paths first
+    result = IndexWriter.open(args.index, device=args.device).add(records, replace=args.update)
+    skipped = sum(result["skipped"].values())
+    print(f"added {result['added']} documents to {args.index} ({result['replaced']} replaced); skipped {skipped} inputs"
+          + (f" {json.dumps(result['skipped'])}" if skipped else ""))
+    return 0
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    result = _writer_without_encoder(args.index).delete(args.ids)
+    print(f"deleted {result['deleted']} documents from {args.index}"
+          + (f"; not found: {', '.join(result['missing'])}" if result["missing"] else ""))
+    return 1 if result["missing"] else 0
+
+
+def run_compact(args: argparse.Namespace) -> int:
+    result = _writer_without_encoder(args.index).compact()
+    print(f"compacted {args.index}: {result['rewritten']} shards rewritten, {result['removed']} deleted documents removed, "
+          f"{result['shards']} shards")
+    return 0
+
+
+def _writer_without_encoder(path: Path) -> IndexWriter:
+    """Deleting and compacting encode nothing: the backbone loads on the CPU."""
+    return IndexWriter.open(path, device="cpu")
+
+
 def run_index(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ValueError("--limit must be at least 1")

@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     indexer_cli.add_commands(sub)
+    indexer_cli.add_update_commands(sub)
     retriever_cli.add_commands(sub)
     eval_run.add_commands(sub)
     bench.add_commands(sub)
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
     )
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         return args.run(args)

@@ -112,8 +112,7 @@ class Index:
         return result
 
     def _writer(self) -> IndexWriter:
-        settings = read_manifest(self.path)["settings"]
-        return IndexWriter(self.path, self.encoder, **{k: settings[k] for k in ("shard_docs", "factory", "backend", "bm25")})
+        return IndexWriter.open(self.path, self.encoder)
 
     # -- reading -------------------------------------------------------------------
     def search(self, query: str, k: int = 10, level: Level = "doc", *, where: Mapping[str, Any] | None = None,

@@ -26,6 +26,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--bm25", action="store_true", help="answer from the index's BM25 alone (document level)")
     p.add_argument("--hops", type=int, default=1, choices=(1, 2),
                    help="2: ask BM25 again with the question and the best document, for multi-hop questions (document level)")
+    p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE", type=where_clause,
+                   help="keep documents whose metadata FIELD equals VALUE (JSON: year=2021, tag='[\"a\",\"b\"]' for any of a list; "
+                        "else text); repeat to require several")
     p.add_argument("--device", default="auto")
     p.set_defaults(run=run_search)
 
@@ -49,7 +52,7 @@ def run_search(args: argparse.Namespace) -> int:
         raise ValueError("the query is not valid UTF-8") from None
     with Searcher.load(args.index, device=args.device, nprobe=args.nprobe) as searcher:
         hits = searcher.search(args.query, k=args.k, level=args.level, candidates=args.candidates, rerank=args.rerank,
-                               hybrid=args.hybrid, bm25=args.bm25, hops=args.hops)
+                               hybrid=args.hybrid, bm25=args.bm25, hops=args.hops, where=dict(args.where) or None)
     if args.json:
         print(json.dumps({"query": args.query, "results": [h.to_json() for h in hits]}, ensure_ascii=False, indent=1))
         return 0
@@ -60,6 +63,18 @@ def run_search(args: argparse.Namespace) -> int:
     if not hits:
         print("no results")
     return 0
+
+
+def where_clause(text: str) -> tuple[str, object]:
+    """FIELD=VALUE, the value read as JSON where it is JSON (2021, true,
+    ["a", "b"]) and as text otherwise."""
+    field, sep, value = text.partition("=")
+    if not sep or not field:
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {text!r}")
+    try:
+        return field, json.loads(value)
+    except json.JSONDecodeError:
+        return field, value
 
 
 def highlight(text: str, spans: list[tuple[int, int]]) -> str:
@@ -87,6 +102,8 @@ def run_info(args: argparse.Namespace) -> int:
         "path": str(args.index),
         "status": m["status"],
         "documents": m.get("counts", {}).get("documents", 0),
+        "deleted": m.get("counts", {}).get("deleted", 0),  # tombstoned, until `propdex compact`
+        "generation": m.get("generation", 0),
         "vectors": m.get("counts", {}).get("vectors", 0),
         "problems": integrity.check(args.index, m),
         "encoder": m["encoder"],

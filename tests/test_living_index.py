@@ -1,0 +1,245 @@
+"""The front door (propdex.Index) and the living index under it: add, update,
+delete and compact as atomic commits, readers that keep their view, metadata
+and where= filters, hits with their text, the CLI commands, one namespace."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from paths import DATA
+
+import propdex
+from propdex.cli import main
+from propdex.encoders import Document, load_encoder
+from propdex.indexer.build import IndexWriter
+from propdex.indexer.readers import read_corpus
+from propdex.retriever import Searcher
+from propdex.retriever import searcher as searcher_module
+
+SCIFACT = DATA / "beir" / "scifact"
+QUERIES = ["cell membrane proteins", "cancer risk in children", "vitamin D deficiency", "brain white matter development"]
+
+
+def _docs(n: int) -> list[Document]:
+    """Real SciFact abstracts, each with metadata to filter on."""
+    docs = [d for _, d in zip(range(n), read_corpus([SCIFACT / "corpus.jsonl"]))]
+    return [replace(d, metadata={"parity": i % 2, "group": f"g{i % 3}", "tags": [f"t{i % 4}", "all"]}) for i, d in enumerate(docs)]
+
+
+def _ranking(index, query: str, **kw) -> list[tuple[str, float]]:
+    return [(h.doc_id, round(h.score, 4)) for h in index.search(query, k=8, **kw)]
+
+
+@pytest.fixture
+def encoder(tiny):
+    return load_encoder("tokens", backbone=tiny)
+
+
+def test_add_update_delete_compact_equal_a_fresh_build_of_the_result(tmp_path, encoder):
+    docs = _docs(30)
+    changed = replace(docs[5], text="Vitamin D deficiency is common in northern countries. " + docs[5].text)
+    index = propdex.Index.create(tmp_path / "live", encoder, shard_docs=8)
+    assert len(index) == 0 and index.search("anything") == []
+    assert index.add(docs[:20])["added"] == 20
+    assert index.add(docs[20:])["added"] == 10
+    assert index.update([changed]) == {"added": 1, "replaced": 1, "skipped": {}}
+    assert index.delete(["7", docs[12].id, "no-such-id"]) == {"deleted": 1, "missing": ["7", "no-such-id"]}
+    assert index.delete([docs[7].id])["deleted"] == 1
+    final = [changed if d.id == changed.id else d for d in docs if d.id not in (docs[7].id, docs[12].id)]
+    assert len(index) == len(final) and docs[12].id not in index and index.get(changed.id).text == changed.text
+
+    IndexWriter(tmp_path / "fresh", encoder, shard_docs=8).build(final)
+    with Searcher.load(tmp_path / "fresh", encoder=encoder) as fresh:
+        expected = {q: [(h.doc_id, round(h.score, 4)) for h in fresh.search(q, k=8)] for q in QUERIES}
+        expected_bm25 = {q: [h.doc_id for h in fresh.search(q, k=8, bm25=True)] for q in QUERIES}
+    for q in QUERIES:
+        assert _ranking(index, q) == expected[q]
+        assert [h.doc_id for h in index.search(q, k=8, bm25=True)] == expected_bm25[q]
+
+    shards_before = len(index.manifest["shards"])
+    result = index.compact()
+    assert result["removed"] == 3 and len(index.manifest["shards"]) < shards_before
+    assert index.manifest["counts"]["deleted"] == 0 and len(index) == len(final)
+    for q in QUERIES:
+        assert _ranking(index, q) == expected[q]
+    # What no commit lists any longer is gone from the disk.
+    listed = {s["name"] for s in index.manifest["shards"]} | {index.manifest["lexical"]["dir"], "manifest.json", "trained.faiss", "write.lock"}
+    assert {p.name for p in (tmp_path / "live").iterdir()} == listed
+    assert main(["verify", str(tmp_path / "live")]) == 0
+    index.close()
+
+
+def test_a_reader_keeps_its_view_while_a_writer_commits(tmp_path, encoder):
+    docs = _docs(12)
+    writer = propdex.Index.create(tmp_path / "i", encoder, shard_docs=4)
+    writer.add(docs)
+    reader = propdex.Index.open(tmp_path / "i")  # its own encoder, same shards: LMDB opened once per process
+    before = _ranking(reader, QUERIES[0])
+    gone = before[0][0]
+    writer.delete([gone])
+    writer.compact()  # removes the shard files the reader has open
+    assert _ranking(reader, QUERIES[0]) == before
+    assert gone not in [d for d, _ in _ranking(writer, QUERIES[0])]
+    reader.refresh()
+    assert _ranking(reader, QUERIES[0]) == _ranking(writer, QUERIES[0])
+    reader.close()
+    writer.close()
+
+
+def test_a_failed_add_commits_nothing_and_leaves_nothing(tmp_path, encoder, monkeypatch):
+    index = propdex.Index.create(tmp_path / "i", encoder, shard_docs=4)
+    index.add(_docs(6))
+    manifest = (tmp_path / "i" / "manifest.json").read_text()
+    before = _ranking(index, QUERIES[1])
+
+    def crash(self, *a, **kw):
+        raise RuntimeError("killed while filling the ANN index")
+
+    monkeypatch.setattr(IndexWriter, "_add", crash)
+    with pytest.raises(RuntimeError):
+        index.update(_docs(10)[3:])  # replaces 3 documents and adds 4, in new shards
+    monkeypatch.undo()
+    assert (tmp_path / "i" / "manifest.json").read_text() == manifest
+    assert _ranking(index.refresh(), QUERIES[1]) == before
+    # The next writer removes the uncommitted shards; the same call then succeeds.
+    assert index.update(_docs(10)[3:]) == {"added": 7, "replaced": 3, "skipped": {}}
+    assert sorted(p.name for p in (tmp_path / "i").glob("shard-*")) == [s["name"] for s in index.manifest["shards"]]
+    index.close()
+
+
+def test_adding_a_known_id_is_refused_and_bad_records_are_counted(tmp_path, encoder, caplog):
+    index = propdex.Index.create(tmp_path / "i", encoder)
+    index.add([{"id": "a", "text": "Alpha particles."}])
+    with pytest.raises(ValueError, match=r"in .* already \('a'\).*update"):
+        index.add([{"id": "b", "text": "Beta."}, {"id": "a", "text": "Alpha again."}])
+    assert "b" not in index  # all or nothing
+    result = index.add([{"id": "c", "text": "Gamma rays."}, {"id": "c", "text": "twice"}, {"text": "no id"},
+                        {"id": "d", "text": "   "}, {"id": "e", "text": "Epsilon.", "when": object()}])
+    assert result == {"added": 1, "replaced": 0,
+                      "skipped": {"duplicate_id": 1, "missing_field": 1, "empty": 1, "bad_metadata": 1}}
+    assert "document 4" in caplog.text and "bad_metadata" in caplog.text
+    with pytest.raises(ValueError, match="list of documents"):
+        index.add({"id": "f", "text": "one dict"})
+    index.close()
+
+
+@pytest.mark.parametrize("name", ["tokens", "single"])
+@pytest.mark.parametrize("exact", [True, False])
+def test_where_filters_inside_stage_one_and_still_returns_k(tmp_path, tiny, monkeypatch, exact, name):
+    encoder = load_encoder(name, backbone=tiny)
+    docs = _docs(60)
+    # IVF with one probed list: without probing further, a filter would starve stage 1.
+    IndexWriter(tmp_path / "i", encoder, factory="IVF4,Flat").build(docs)
+    if not exact:
+        monkeypatch.setattr(searcher_module, "EXACT_FILTERED_VECTORS", 0)
+    meta = {d.id: d.metadata for d in docs}
+    with Searcher.load(tmp_path / "i", encoder=encoder, nprobe=1) as s:
+        for q in QUERIES:
+            everything = s.search(q, k=60, nprobe=4)
+            for where, keep in [({"parity": 1}, lambda m: m["parity"] == 1),
+                                ({"group": ["g0", "g2"]}, lambda m: m["group"] in ("g0", "g2")),
+                                ({"tags": "t3", "parity": 1}, lambda m: "t3" in m["tags"] and m["parity"] == 1),
+                                ({"group": "g1", "tags": "all"}, lambda m: m["group"] == "g1"),
+                                ({"group": "g0", "tags": "t0"}, lambda m: m["group"] == "g0" and "t0" in m["tags"])]:  # 5 of 60
+                best = [(h.doc_id, round(h.score, 4)) for h in everything if keep(meta[h.doc_id])][:5]
+                # Every list probed: exactly the best matching documents.
+                assert [(h.doc_id, round(h.score, 4)) for h in s.search(q, k=5, where=where, nprobe=4)] == best, where
+                # One list probed: approximate, but never fewer than k hits while k documents match.
+                hits = s.search(q, k=5, where=where)
+                assert len(hits) == 5 and all(keep(meta[h.doc_id]) and h.metadata == meta[h.doc_id] for h in hits)
+                if exact:
+                    assert [(h.doc_id, round(h.score, 4)) for h in hits] == best
+            assert s.search(q, k=5, where={"group": "g9"}) == []
+            assert [h.doc_id for h in s.search(q, k=5, where={"parity": 0}, hybrid=True)] and all(
+                meta[h.doc_id]["parity"] == 0 for h in s.search(q, k=5, where={"parity": 0}, hybrid=True))
+            assert all(meta[h.doc_id]["group"] == "g2" for h in s.search(q, k=5, where={"group": "g2"}, bm25=True))
+            assert all(meta[h.doc_id]["parity"] == 1 for h in s.search(q, k=5, level="sentence", where={"parity": 1}))
+        for bad in ({"parity": {"a": 1}}, {"parity": []}, {"": 1}, ["parity"]):
+            with pytest.raises(ValueError, match="where"):
+                s.search("q", where=bad)
+
+
+def test_hits_carry_the_text_that_matched_and_the_metadata(tmp_path, encoder):
+    docs = _docs(10)
+    IndexWriter(tmp_path / "i", encoder).build(docs)
+    by_id = {d.id: d for d in docs}
+    with Searcher.load(tmp_path / "i", encoder=encoder) as s:
+        for level in ("doc", "sentence", "unit"):
+            for h in s.search(QUERIES[3], k=3, level=level):
+                doc = by_id[h.doc_id]
+                assert h.text == (doc.text if level == "doc" else h.sentence_text) and h.text
+                assert h.metadata == doc.metadata
+                assert h.to_json()["text"] == h.text and h.to_json()["metadata"] == doc.metadata
+        assert all(h.text == by_id[h.doc_id].text for h in s.search(QUERIES[3], k=3, bm25=True))
+
+
+def test_readers_keep_the_records_other_fields(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"id": 1, "title": "T", "text": "Some text.", "url": "http://x", "year": 2021}) + "\n"
+                    + json.dumps({"_id": "b", "text": "More.", "metadata": {"source": "pmc", "year": 1}, "year": 2}) + "\n")
+    a, b = read_corpus([path])
+    assert a.metadata == {"url": "http://x", "year": 2021}
+    assert b.metadata == {"source": "pmc", "year": 2}  # BEIR's metadata opened up; the record's own field wins
+    wiki = next(read_corpus([DATA / "wikipedia" / "extracted" / "AA" / "wiki_00.bz2"]))
+    assert wiki.metadata["url"] == "http://en.wikipedia.org/wiki?curid=12" and "id" not in wiki.metadata
+
+
+def test_cli_add_delete_compact_and_filtered_json_search(tmp_path, tiny_dir, capsys):
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    docs = [{"id": d.id, "title": d.title, "text": d.text, "year": 2000 + i % 2} for i, d in enumerate(_docs(12))]
+    first.write_text("".join(json.dumps(d) + "\n" for d in docs[:8]))
+    second.write_text("".join(json.dumps(d) + "\n" for d in docs[8:] + [dict(docs[0], text="Replaced text about vitamin D.")]))
+    out = tmp_path / "i"
+    assert main(["-q", "index", str(first), "--out", str(out), "--encoder", "single", "--backbone", str(tiny_dir), "--device", "cpu"]) == 0
+    assert main(["-q", "add", str(out), str(second), "--device", "cpu"]) == 2  # docs[0] is there already
+    assert "update" in capsys.readouterr().err
+    assert main(["-q", "add", str(out), str(second), "--update", "--device", "cpu"]) == 0
+    assert "added 5 documents" in capsys.readouterr().out
+    assert main(["-q", "delete", str(out), docs[1]["id"], "nope"]) == 1
+    assert "deleted 1 documents" in capsys.readouterr().out and json.loads(Path(out, "manifest.json").read_text())["counts"]["deleted"] == 2
+    assert main(["-q", "compact", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["-q", "search", str(out), "vitamin D", "-k", "20", "--json", "--where", "year=2000"]) == 0
+    results = json.loads(capsys.readouterr().out)["results"]
+    assert len(results) == 6 and all(r["metadata"] == {"year": 2000} for r in results)
+    assert docs[1]["id"] not in [r["doc_id"] for r in results]
+    assert next(r for r in results if r["doc_id"] == docs[0]["id"])["text"] == "Replaced text about vitamin D."
+    with pytest.raises(SystemExit):
+        main(["-q", "search", str(out), "q", "--where", "year"])
+
+
+def test_one_namespace_nothing_else_at_the_top(tmp_path):
+    """The installed layers are propdex.*; the bare folder names are not importable."""
+    code = ("import importlib.util, propdex, propdex.encoders, propdex.indexer, propdex.retriever, propdex.eval, propdex.cli;"
+            "print([n for n in ('encoders', 'indexer', 'retriever', 'eval') if importlib.util.find_spec(n)])")
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "[]", run.stderr
+    assert subprocess.run([sys.executable, "-m", "propdex", "--help"], cwd=tmp_path, capture_output=True).returncode == 0
+    assert (Path(propdex.__file__).parent / "py.typed").is_file()
+
+
+@pytest.mark.slow
+def test_the_front_door_on_real_minilm(tmp_path, minilm, hotpot_questions):
+    from propdex.indexer.readers import read_corpus as read
+
+    hotpot = DATA / "hotpotqa" / "hotpot_dev_distractor_600.json"
+    question = hotpot_questions[0]
+    titles = {t for q in hotpot_questions[:10] for t, _ in q["context"]}
+    docs = [{"id": d.id, "title": d.title, "text": d.text, "question": i // 10}
+            for i, d in enumerate(d for d in read([hotpot]) if getattr(d, "id", None) in titles)]
+    index = propdex.Index.create(tmp_path / "i", load_encoder("tokens", backbone=minilm))
+    assert index.add(docs)["added"] == len(docs)
+    gold = {t for t, _ in question["supporting_facts"]}
+    hits = index.search(question["question"], k=5)
+    assert gold & {h.doc_id for h in hits}
+    assert hits[0].text == next(d["text"] for d in docs if d["id"] == hits[0].doc_id)
+    some = next(d for d in docs if d["id"] in gold)["question"]
+    assert all(h.metadata["question"] == some for h in index.search(question["question"], k=5, where={"question": some}))
+    index.delete(list(gold))
+    assert not gold & {h.doc_id for h in index.search(question["question"], k=20)}
+    index.close()
