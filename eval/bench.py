@@ -28,6 +28,8 @@ from propdex.indexer.manifest import library_versions, read_manifest
 from propdex.indexer.readers import read_corpus
 from propdex.retriever import Searcher
 
+from .datasets import beir_queries
+
 if TYPE_CHECKING:
     from propdex.encoders import Backbone
 
@@ -148,7 +150,7 @@ def _run(args) -> int:
         index = Path("runs/bench/scifact-tokens")
         encoder = load_encoder("tokens", backbone=backbone)
         IndexWriter(index, encoder, inputs={"paths": [str(args.corpus.resolve())]}).build(read_corpus([args.corpus]))
-    queries = [json.loads(line)["text"] for line in (args.corpus / "queries.jsonl").open()][: args.queries]
+    queries = list(beir_queries(args.corpus / "queries.jsonl").values())[: args.queries]
     result = {
         "command": "propdex " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "versions": library_versions(), "cpu_threads": torch.get_num_threads(),

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from propdex.encoders.segment import spans_text, word_spans
-from propdex.encoders.training.data import WIKI
 from propdex.encoders.units import Document, Span
 from propdex.indexer.manifest import sha256_file
+from propdex.indexer.readers import PropSegment
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,17 @@ def load_hotpotqa(path: str | Path, limit: int | None = None) -> Task:
 # BEIR
 
 
+def beir_queries(path: str | Path) -> dict[str, str]:
+    """A BEIR queries.jsonl: query id -> text, in file order."""
+    texts: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                rec = json.loads(line)
+                texts[str(rec["_id"])] = rec["text"]
+    return texts
+
+
 def load_beir(folder: str | Path, split: str = "test", limit: int | None = None) -> Task:
     """A BEIR dataset: corpus.jsonl, queries.jsonl, qrels/{split}.tsv.
 
@@ -167,12 +178,7 @@ def load_beir(folder: str | Path, split: str = "test", limit: int | None = None)
     if limit is not None:
         qrels = dict(list(qrels.items())[:limit])
 
-    texts: dict[str, str] = {}
-    with open(queries_path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                rec = json.loads(line)
-                texts[str(rec["_id"])] = rec["text"]
+    texts = beir_queries(queries_path)
     missing = [q for q in qrels if q not in texts]
     if missing:
         raise ValueError(f"{len(missing)} judged queries not in {queries_path}: {missing[:5]}")
@@ -250,24 +256,19 @@ def load_propsegment(folder: str | Path, limit: int | None = None) -> Task:
     files = [f"document_clusters.{s}.json" for s in ("dev", "test")]
     files += [f"propositions.{s}.json" for s in ("dev", "test")]
     files += ["relationships.dev.json"]
-    data = {name: json.loads((folder / name).read_text(encoding="utf-8")) for name in files}
+    data = PropSegment(folder)
 
     # sentences with text, in file order
     sentences: dict[tuple[str, int], dict] = {}
     for split in ("dev", "test"):
-        for cluster in data[f"document_clusters.{split}.json"]:
-            if cluster["source_dataset"] != WIKI:
-                continue
-            for doc in cluster["documents"]:
-                for i, sent in enumerate(doc["sentences"]):
-                    sentences[(str(doc["document_id"]), i)] = sent
+        sentences.update((key, sentence.record) for key, sentence in data.sentences(split).items())
 
     # per sentence: the propositions in the corpus, as sorted token tuples
     props: dict[tuple[str, int], dict[tuple[int, ...], None]] = {k: {} for k in sentences}
     n_reference = 0
     n_no_reference = 0
     for split in ("dev", "test"):
-        for rec in data[f"propositions.{split}.json"]:
+        for rec in data.segmentations(split):
             sid = rec["sentence_id"]
             key = (str(sid["document_id"]), int(sid["sentence_index"]))
             if key not in sentences:
@@ -284,7 +285,7 @@ def load_propsegment(folder: str | Path, limit: int | None = None) -> Task:
     # queries from the dev relation records
     gold_keys: dict[tuple, set[tuple]] = {}  # hypothesis -> premise propositions
     n_records = Counter()
-    for rec in data["relationships.dev.json"]:
+    for rec in data.relationships("dev"):
         hyp = rec["hypothesis_proposition"]
         hkey = (str(hyp["document_id"]), int(hyp["sentence_index"]))
         if hkey not in sentences:

@@ -582,19 +582,88 @@ def _is_paragraph(paragraph: object) -> bool:
 # --------------------------------------------------------------- PropSegment
 
 
-def _read_propsegment(path: Path, max_chars: int) -> Iterator[Record]:
-    """Documents of the Wikipedia clusters of a document_clusters.*.json file.
+PROPSEGMENT_WIKI = "SOURCE_WIKI_CLUSTERS"  # news clusters (SOURCE_NEWSHEAD) carry no text
 
-    News clusters (SOURCE_NEWSHEAD) carry no text and are not documents here.
-    """
-    data = _load_json(path)
+
+def _read_propsegment(path: Path, max_chars: int) -> Iterator[Record]:
+    """Documents of the Wikipedia clusters of a document_clusters.*.json file."""
+    for cluster_id, doc in _propsegment_wiki_documents(_load_json(path), path):
+        yield _propsegment_document(doc, cluster_id, path, max_chars)
+
+
+def _propsegment_wiki_documents(data: object, path: Path) -> Iterator[tuple[object, object]]:
+    """(cluster id, document record) of every Wikipedia cluster's documents."""
     if not isinstance(data, list):
         raise _FileSkip(Skip("missing_field", str(path), "not a list of clusters"))
     for cluster in data:
-        if not isinstance(cluster, dict) or cluster.get("source_dataset") != "SOURCE_WIKI_CLUSTERS":
-            continue
-        for doc in cluster.get("documents") or ():
-            yield _propsegment_document(doc, cluster.get("cluster_id"), path, max_chars)
+        if isinstance(cluster, dict) and cluster.get("source_dataset") == PROPSEGMENT_WIKI:
+            for doc in cluster.get("documents") or ():
+                yield cluster.get("cluster_id"), doc
+
+
+@dataclass(frozen=True)
+class PropSegmentSentence:
+    """A sentence of a Wikipedia cluster: its text and the data's tokens."""
+
+    cluster_id: str
+    doc_id: str
+    index: int
+    record: dict[str, Any]  # {"sentence_text", "tokens": [{"text", "character_offset_of_token_in_sentence"}...]}
+
+    @property
+    def text(self) -> str:
+        return self.record["sentence_text"]
+
+
+class PropSegment:
+    """PropSegment v1: the one reader of its files (document_clusters,
+    propositions and relationships .{split}.json), for the index (documents,
+    through `read_corpus`), the segmenter's training (segmentations) and
+    eval (atomic-fact retrieval from the relationships). Files are read on
+    first use, strictly (a malformed file is a ValueError naming it)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        if not self.folder.is_dir():
+            raise ValueError(f"{self.folder}: no PropSegment folder there")
+        self._files: dict[str, object] = {}
+
+    def file(self, name: str) -> Path:
+        path = self.folder / name
+        if not path.is_file():
+            raise ValueError(f"{path}: missing from the PropSegment folder")
+        return path
+
+    def _json(self, name: str) -> list[Any]:
+        if name not in self._files:
+            try:
+                data = _load_json(self.file(name))
+            except _FileSkip as e:
+                raise ValueError(f"{e.skip.source}: {e.skip.detail}") from None
+            if not isinstance(data, list):
+                raise ValueError(f"{self.folder / name}: not a JSON list of records")
+            self._files[name] = data
+        return self._files[name]  # type: ignore[return-value]
+
+    def sentences(self, split: str) -> dict[tuple[str, int], PropSegmentSentence]:
+        """The split's Wikipedia sentences by (document id, sentence index), in file order."""
+        name = f"document_clusters.{split}.json"
+        try:
+            documents = list(_propsegment_wiki_documents(self._json(name), self.folder / name))
+        except _FileSkip as e:
+            raise ValueError(f"{e.skip.source}: {e.skip.detail}") from None
+        return {
+            (str(doc["document_id"]), i): PropSegmentSentence(str(cluster_id), str(doc["document_id"]), i, sent)
+            for cluster_id, doc in documents for i, sent in enumerate(doc["sentences"])
+        }
+
+    def segmentations(self, split: str) -> list[dict[str, Any]]:
+        """propositions.{split}.json: per sentence, the raters' segmentation responses."""
+        return self._json(f"propositions.{split}.json")
+
+    def relationships(self, split: str) -> list[dict[str, Any]]:
+        """relationships.{split}.json: hypothesis/premise proposition pairs with the raters' relations."""
+        return self._json(f"relationships.{split}.json")
 
 
 def _propsegment_document(doc: object, cluster_id: object, path: Path, max_chars: int) -> Record:

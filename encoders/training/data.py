@@ -1,10 +1,13 @@
-"""Training data readers: PropSegment segmentations, SICK, STS-B, Wikipedia text."""
+"""Training data: PropSegment segmentations, SICK, STS-B, Wikipedia text.
+
+PropSegment and WikiExtractor files are read by the index's readers
+(propdex.indexer.readers: one reader per format). Training is a tool above
+the encoders' runtime, which never imports it, so this creates no cycle.
+"""
 from __future__ import annotations
 
-import bz2
 import csv
-import html
-import json
+import logging
 import re
 import random
 from collections.abc import Callable, Iterable, Iterator
@@ -14,10 +17,13 @@ from typing import TypeVar
 
 import numpy as np
 
+from propdex.indexer.readers import PropSegment, Skip, read_corpus
+
 from ..segment import Proposition, words
 from ..text import split_sentences
 
-WIKI = "SOURCE_WIKI_CLUSTERS"
+log = logging.getLogger(__name__)
+
 
 
 @dataclass(frozen=True)
@@ -36,19 +42,13 @@ def propsegment_sentences(folder: str | Path, split: str) -> list[SegmentedSente
 
     Only Wikipedia clusters carry text. Words are PropSegment's tokens, which
     `segment.words` reproduces exactly (checked in the tests)."""
-    folder = Path(folder)
-    texts: dict[tuple[str, int], tuple[str, str]] = {}
-    for cluster in json.loads((folder / f"document_clusters.{split}.json").read_text(encoding="utf-8")):
-        if cluster["source_dataset"] != WIKI:
-            continue
-        for doc in cluster["documents"]:
-            for i, sent in enumerate(doc["sentences"]):
-                texts[(str(doc["document_id"]), i)] = (str(cluster["cluster_id"]), sent["sentence_text"])
+    data = PropSegment(folder)
+    sentences = data.sentences(split)
     out = []
-    for rec in json.loads((folder / f"propositions.{split}.json").read_text(encoding="utf-8")):
+    for rec in data.segmentations(split):
         sid = rec["sentence_id"]
         key = (str(sid["document_id"]), int(sid["sentence_index"]))
-        if key not in texts:
+        if key not in sentences:
             continue
         responses = rec["segmentation_responses"]
         refs = [r for r in responses if r.get("is_reference_response")]
@@ -58,9 +58,9 @@ def propsegment_sentences(folder: str | Path, split: str) -> list[SegmentedSente
         def props(response: dict) -> tuple[Proposition, ...]:
             return tuple(dict.fromkeys(tuple(sorted(set(p["token_indices"]))) for p in response.get("propositions", []) if p["token_indices"]))
 
-        cluster, text = texts[key]
+        sentence = sentences[key]
         others = tuple(props(r) for r in responses if not r.get("is_reference_response") and r.get("propositions"))
-        out.append(SegmentedSentence(cluster, key[0], key[1], text, words(text), props(refs[0]), others))
+        out.append(SegmentedSentence(sentence.cluster_id, key[0], key[1], sentence.text, words(sentence.text), props(refs[0]), others))
     return out
 
 
@@ -89,8 +89,6 @@ def stsb_pairs(path: str | Path, min_score: float = 4.0) -> list[tuple[str, str]
 # wiki_99 are held out (reconstruction BLEU, the re-ranking task).
 WIKI_EXTRACTED = "../shared/data/wikipedia/extracted"
 WIKI_HELDOUT_FROM = 70
-_DOC = re.compile(r'<doc ([^>]*)>\n(.*?)</doc>', re.S)
-_ATTR = re.compile(r'(\w+)="([^"]*)"')
 
 
 @dataclass(frozen=True)
@@ -120,24 +118,22 @@ def wiki_files(folder: str | Path, split: str) -> list[Path]:
 
 
 def wiki_articles(folder: str | Path = WIKI_EXTRACTED, split: str = "train") -> Iterator[Article]:
-    """Articles of a WikiExtractor folder (or one file) with their sections, in file order."""
+    """Articles of a WikiExtractor folder (or one file) with their sections,
+    in file order, read by the index's reader (a damaged article is a
+    logged skip, as when indexing)."""
     for path in wiki_files(folder, split):
-        opener = bz2.open if path.suffix == ".bz2" else open
-        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-            raw = f.read()
-        for m in _DOC.finditer(raw):
-            attrs = dict(_ATTR.findall(m.group(1)))
-            title = html.unescape(attrs.get("title", ""))
-            lines = [line.strip() for line in m.group(2).split("\n") if line.strip()]
-            if lines and html.unescape(lines[0]) == title:
-                lines = lines[1:]
+        for doc in read_corpus([path], "wikiextractor"):
+            if isinstance(doc, Skip):
+                log.warning("skipped %s (%s)%s", doc.source, doc.reason, f": {doc.detail}" if doc.detail else "")
+                continue
+            lines = [line.strip() for line in doc.text.split("\n") if line.strip()]
             sections: list[tuple[str, list[str]]] = [("", [])]
             for line in lines:
                 if is_heading(line):
                     sections.append((line.rstrip("."), []))
                 else:
                     sections[-1][1].append(line)
-            yield Article(attrs.get("id", ""), title, tuple((h, "\n".join(body)) for h, body in sections if body))
+            yield Article(doc.id, doc.title, tuple((h, "\n".join(body)) for h, body in sections if body))
 
 
 T = TypeVar("T")
