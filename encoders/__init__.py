@@ -14,6 +14,7 @@ from .units import Document, Encoded, Kind, Passage, Unit
 if TYPE_CHECKING:
     from .backbone import Backbone
     from .base import Encoder
+    from .spec import EncoderSpec
 
 DEFAULT_BACKBONE = "sentence-transformers/all-MiniLM-L6-v2"
 # Trained heads shipped with the package: weights/<name>/{model.safetensors,config.json}.
@@ -44,19 +45,28 @@ def encoder_class(name: str) -> type["Encoder"]:
 
 
 def load_encoder(
-    name: str = "tokens",
+    name: "str | EncoderSpec" = "tokens",
     *,
     backbone: "str | Backbone" = DEFAULT_BACKBONE,
     device: str = "auto",
     batch_size: int = 32,
     **options: Any,
 ) -> "Encoder":
-    """The encoder called `name` on `backbone` (a hub name, a local path or a loaded Backbone)."""
+    """The encoder `name` names (`tokens`, `proposition:dims=64`, an
+    EncoderSpec) on `backbone` (a hub name, a local path or a loaded
+    Backbone); `options` add to the spec's. Options are typed and checked by
+    EncoderSpec: text values convert to the types the encoder declares."""
     from .backbone import Backbone
+    from .spec import EncoderSpec
 
-    cls = encoder_class(name)
+    spec = name if isinstance(name, EncoderSpec) else EncoderSpec.parse(name)
+    if options:
+        spec = EncoderSpec(spec.name, {**spec.options, **options})
+    options = dict(spec.options)
+    cls = encoder_class(spec.name)
     max_length = options.pop("max_length", None)
-    title = flag(options.pop("title", True))
+    title = options.pop("title", True)
+    batch_size = options.pop("batch_size", batch_size)
     if not isinstance(backbone, Backbone):
         backbone = Backbone.load(backbone, device=device, max_length=max_length)
     encoder = cls(backbone, batch_size=batch_size, **options)
@@ -97,10 +107,12 @@ def __getattr__(name: str) -> Any:
         return import_module(".backbone", __name__).Backbone
     if name == "Encoder":
         return import_module(".base", __name__).Encoder
+    if name == "EncoderSpec":
+        return import_module(".spec", __name__).EncoderSpec
     raise AttributeError(name)
 
 
 __all__ = [
-    "DEFAULT_BACKBONE", "ENCODERS", "WEIGHTS", "weights_path", "Backbone", "Document", "Encoded", "Encoder", "Kind",
+    "DEFAULT_BACKBONE", "ENCODERS", "WEIGHTS", "weights_path", "Backbone", "Document", "Encoded", "Encoder", "EncoderSpec", "Kind",
     "Passage", "Unit", "encoder_class", "encoder_from_config", "load_encoder",
 ]

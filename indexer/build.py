@@ -50,6 +50,7 @@ from propdex.encoders import Document, Encoded
 from . import ann, lexical
 from .manifest import FORMAT, FORMAT_VERSION, library_versions, read_manifest, sha256_file, write_manifest
 from .readers import Record, Skip
+from .settings import IndexSettings
 from .store import LMDB_DIR, ShardStore, read_deleted, write_deleted, write_shard
 
 if TYPE_CHECKING:
@@ -82,15 +83,11 @@ class IndexWriter:
         """`inputs` describes what `build` reads (paths, format, file
         fingerprints): a re-run must read the same. `create`, `add`,
         `delete` and `compact` leave the recorded inputs alone."""
-        if shard_docs < 1:
-            raise ValueError("--shard-docs must be at least 1")
-        if backend not in ann.BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(ann.BACKENDS)}")
-        if factory is not None:
-            ann.make_index(factory, encoder.dim)  # fail now, not after hours of encoding
+        settings = IndexSettings(shard_docs, factory, backend, bm25)
+        settings.check_factory(encoder.dim)
         self.out = Path(out)
         self.encoder = encoder
-        self.settings = {"shard_docs": shard_docs, "factory": factory, "backend": backend, "bm25": bool(bm25)}
+        self.settings = settings.to_json()
         self.inputs = inputs or {}
         self._lock: int | None = None
         try:

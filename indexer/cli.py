@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from propdex.encoders import DEFAULT_BACKBONE, ENCODERS, load_encoder
+from propdex.encoders.spec import EncoderSpec
 
 from . import ann
 from .build import IndexWriter
@@ -14,34 +15,43 @@ from .readers import FORMATS, fingerprint, read_corpus
 
 log = logging.getLogger("propdex")
 
+# Earlier spellings of encoder options, kept for scripts: (flag, argparse
+# keywords, the option it sets, of which encoder).
+_LEGACY = [
+    ("--keep-punct", {"action": "store_true"}, "drop_punct", "tokens"),
+    ("--query-segments", {"action": "store_true"}, "query_segments", "proposition"),
+    ("--proposition-dims", {"type": int}, "dims", "proposition"),
+    ("--proposition-standalone", {"action": "store_true"}, "standalone", "proposition"),
+    ("--nugget-ratio", {"type": float}, "ratio", "nugget"),
+    ("--nugget-query", {}, "query", "nugget"),
+    ("--nugget-weights", {}, "weights", "nugget"),
+    ("--crossthought-weights", {}, "weights", "crossthought"),
+]
+
+
+def _spec(text: str) -> EncoderSpec:
+    try:
+        return EncoderSpec.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("index", help="index a corpus", description="Encode a corpus and build a sharded index.")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="files or directories (JSONL, BEIR, HotpotQA, PropSegment, MediaWiki XML, WikiExtractor)")
     p.add_argument("--out", required=True, type=Path, help="index directory (created; an unfinished build there is resumed)")
-    p.add_argument("--encoder", default="tokens", choices=ENCODERS)
+    p.add_argument("--encoder", default=EncoderSpec("tokens"), type=_spec, metavar="NAME[:option=value...]",
+                   help=f"encoder and its options, as eval's systems spell them: {', '.join(ENCODERS)}; "
+                        f"e.g. proposition:dims=64, nugget:ratio=0.25, crossthought:weights=crossthought-3 (default tokens)")
     p.add_argument("--format", choices=FORMATS, help="input format (default: detected)")
     p.add_argument("--shard-docs", type=int, default=10_000, help="documents per shard (default 10000)")
-    p.add_argument("--factory", help="FAISS factory string (default: Flat for small corpora, else OPQ+IVF+PQ)")
+    p.add_argument("--factory", help="FAISS factory string (default: Flat for small corpora, else IVF+PQ)")
     p.add_argument("--backend", default="faiss", choices=ann.BACKENDS, help="stage-1 ANN library")
     p.add_argument("--backbone", default=DEFAULT_BACKBONE, help="Hugging Face model name or local directory")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--keep-punct", action="store_true", help="tokens encoder: keep punctuation tokens")
-    p.add_argument("--query-segments", action="store_true",
-                   help="proposition encoder: segment queries into propositions (MaxSim) instead of one whole-query vector")
-    p.add_argument("--proposition-dims", type=int,
-                   help="proposition encoder: keep the head's leading dimensions (64: the paper's size; default: all 256)")
-    p.add_argument("--proposition-standalone", action="store_true",
-                   help="proposition encoder: encode every proposition's text alone (Dense X's way; a second pass, the in-context head's teacher)")
-    p.add_argument("--nugget-ratio", type=float, help="nugget encoder: compression ratio r, k = ceil(n r) vectors per passage (default 0.25)")
-    p.add_argument("--nugget-query", choices=("nuggets", "tokens"), default="tokens",
-                   help="nugget encoder: encode queries as all their tokens (default) or as nuggets")
-    p.add_argument("--nugget-weights", default="frozen",
-                   help="nugget encoder: frozen (the backbone's own states, default), lora (the paper's trained model: AE + DocSplit), ae, or a weights directory")
-    p.add_argument("--crossthought-weights", default="crossthought-5",
-                   help="crossthought encoder: crossthought-3|5 (N slots), crossthought-mlm-1 (the masked-LM control), "
-                        "untrained[-N] (the start training begins from), crossthought-lora-* (the earlier inline design), or a weights directory")
+    for flag, kind, _, _ in _LEGACY:
+        p.add_argument(flag, help=argparse.SUPPRESS, **kind)
     p.add_argument("--limit", type=int, help="index at most N documents")
     p.add_argument("--no-title", action="store_true", help="leave documents' titles out of what the encoder and BM25 read")
     p.add_argument("--no-bm25", action="store_true", help="build no BM25 index beside the vectors")
@@ -98,16 +108,14 @@ def _writer_without_encoder(path: Path) -> IndexWriter:
 def run_index(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ValueError("--limit must be at least 1")
-    options: dict = {}
-    if args.encoder == "tokens":
-        options["drop_punct"] = not args.keep_punct
-    if args.encoder == "proposition":
-        options |= {"query_segments": args.query_segments, "dims": args.proposition_dims, "standalone": args.proposition_standalone}
-    if args.encoder == "nugget":
-        options |= {"ratio": args.nugget_ratio, "query": args.nugget_query, "weights": args.nugget_weights}
-    if args.encoder == "crossthought":
-        options["weights"] = args.crossthought_weights
-    encoder = load_encoder(args.encoder, backbone=args.backbone, device=args.device, batch_size=args.batch_size, title=not args.no_title, **options)
+    spec = args.encoder
+    legacy = {}
+    for flag, _, option, name in _LEGACY:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value not in (None, False) and spec.name == name:
+            legacy[option] = False if flag == "--keep-punct" else value
+    spec = EncoderSpec(spec.name, {**legacy, **spec.options, **({"title": False} if args.no_title else {})})
+    encoder = load_encoder(spec, backbone=args.backbone, device=args.device, batch_size=args.batch_size)
     records = read_corpus(args.inputs, args.format)  # checks the paths first
     inputs = {"paths": [str(Path(p).resolve()) for p in args.inputs], "format": args.format, "limit": args.limit,
               "files": fingerprint(args.inputs, args.format)}

@@ -1,4 +1,5 @@
 """Retriever: load a propdex index and search it."""
 from .searcher import LEVELS, Hit, Searcher
+from .settings import SearchSettings
 
-__all__ = ["LEVELS", "Hit", "Searcher"]
+__all__ = ["LEVELS", "Hit", "SearchSettings", "Searcher"]

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import lmdb
 import numpy as np
@@ -29,17 +29,16 @@ from propdex.encoders import Document, encoder_from_config
 from propdex.encoders.units import Unit
 from propdex.indexer import ann, integrity, lexical
 from propdex.indexer.manifest import read_manifest
-from propdex.indexer.store import ShardStore, metadata_values, read_deleted
+from propdex.indexer.store import ShardStore, read_deleted
 
 from . import fusion, scoring
+from .settings import LEVELS, Level, SearchSettings
 
 if TYPE_CHECKING:
     from propdex.encoders import Encoder
 
 log = logging.getLogger(__name__)
 
-Level = Literal["doc", "sentence", "unit"]
-LEVELS = ("doc", "sentence", "unit")
 # Hybrid search fuses the dense and the BM25 ranking of this many documents each.
 FUSION_DEPTH = 100
 # A filter that leaves at most this many vectors is answered by re-scoring all of them.
@@ -189,21 +188,16 @@ class Searcher:
         k: int = 10,
         level: Level = "doc",
         *,
-        nprobe: int | None = None,
-        candidates: int | None = None,
-        rerank: int | None = None,
         exclude: Sequence[set[str]] | None = None,
         within: Sequence[Sequence[str]] | None = None,
-        hybrid: bool = False,
-        bm25: bool = False,
-        hops: int = 1,
-        where: Where | None = None,
+        **options: Any,
     ) -> list[list[Hit]]:
-        """Search many queries; `candidates` = ANN hits per query vector and shard,
-        `rerank` = documents re-scored exactly per query, `exclude` = doc ids to
-        leave out of each query's results. `within` skips stage 1: each query
-        re-scores exactly the documents listed for it (another retriever's
-        candidates, BM25's top 200 say); ids not in the index are ignored.
+        """Search many queries. `options` are SearchSettings' (nprobe,
+        candidates, rerank, hybrid, bm25, hops, where), checked there once;
+        `exclude` = doc ids to leave out of each query's results. `within`
+        skips stage 1: each query re-scores exactly the documents listed for
+        it (another retriever's candidates, BM25's top 200 say); ids not in
+        the index are ignored.
 
         `hybrid` fuses the dense ranking with the index's BM25 ranking by
         reciprocal rank fusion (retriever.fusion; each list FUSION_DEPTH deep;
@@ -221,53 +215,39 @@ class Searcher:
         `{"year": 2021, "source": ["arxiv", "pmc"]}` is year 2021 and source
         arxiv or pmc; a field holding a list matches any of its elements. It
         acts before aggregation, so k matching documents give k hits."""
-        if hops not in (1, 2):
-            raise ValueError(f"hops must be 1 or 2, got {hops}")
-        if hops == 2 and level != "doc":
-            raise ValueError("hops=2 ranks documents: use level='doc'")
-        allowed = self._allowed(where)
-        results = self._search(queries, k, level, nprobe, candidates, rerank, exclude, within, hybrid, bm25, allowed, where)
-        if hops == 2:
-            results = [self._second_hop(_text(q), hits, k, exclude[qi] if exclude else set(), allowed, where)
-                       for qi, (q, hits) in enumerate(zip(queries, results))]
-        return results
-
-    def _search(self, queries: Sequence[str | Document], k: int, level: Level, nprobe: int | None, candidates: int | None,
-                rerank: int | None, exclude: Sequence[set[str]] | None, within: Sequence[Sequence[str]] | None,
-                hybrid: bool, bm25: bool, allowed: list[np.ndarray | None], where: Where | None) -> list[list[Hit]]:
-        if level not in LEVELS:
-            raise ValueError(f"unknown level {level!r}; choose from {', '.join(LEVELS)}")
-        if k < 1:
-            raise ValueError("k must be at least 1")
+        settings = SearchSettings.of(k=k, level=level, **options)
         for q in queries:
             if not _text(q).strip():
                 raise ValueError("empty query")
         if within is not None and len(within) != len(queries):
             raise ValueError(f"within lists {len(within)} candidate sets for {len(queries)} queries")
-        if hybrid and bm25:
-            raise ValueError("choose hybrid or bm25, not both")
-        if bm25:
-            if level != "doc":
-                raise ValueError("BM25 alone ranks documents: use level='doc', or hybrid=True for sentences and units")
+        allowed = self._allowed(settings.where)
+        results = self._search(queries, settings, exclude, within, allowed)
+        if settings.hops == 2:
+            results = [self._second_hop(_text(q), hits, settings.k, exclude[qi] if exclude else set(), allowed, settings.where)
+                       for qi, (q, hits) in enumerate(zip(queries, results))]
+        return results
+
+    def _search(self, queries: Sequence[str | Document], st: SearchSettings, exclude: Sequence[set[str]] | None,
+                within: Sequence[Sequence[str]] | None, allowed: list[np.ndarray | None]) -> list[list[Hit]]:
+        k, level, where = st.k, st.level, st.where
+        if st.bm25:
             return [self._lexical_hits(_text(q), k, exclude[qi] if exclude else set(), allowed, where) for qi, q in enumerate(queries)]
-        for name, value in (("nprobe", nprobe), ("candidates", candidates), ("rerank", rerank)):
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
         if not self.shards:
             return [[] for _ in queries]
         self._warn_unknown(queries)
         encoded = self.encoder.encode_queries(list(queries))
         sizes = [len(e.vectors) for e in encoded]
-        depth = max(k, FUSION_DEPTH) if hybrid else k
+        depth = max(k, FUSION_DEPTH) if st.hybrid else k
         # Multi-vector queries spread their budget over many vectors.
-        per_vector = candidates or (64 if max(sizes) > 1 else max(100, 10 * k))
-        n_rerank = rerank or max(100, 2 * k)
+        per_vector = st.candidates or (64 if max(sizes) > 1 else max(100, 10 * k))
+        n_rerank = st.rerank or max(100, 2 * k)
         filtered = [self._vector_mask(s, a) for s, a in zip(self.shards, allowed)]
         if within is None and where is not None and sum(int(m.sum()) for m in filtered if m is not None) <= EXACT_FILTERED_VECTORS:
             # Few vectors pass the filter: re-score every one of their documents.
             within = [self._keys_allowed(allowed)] * len(queries)
         if within is None:
-            hits = self._stage1(np.concatenate([e.vectors for e in encoded]), per_vector, nprobe or self.nprobe, filtered)  # one ANN call for the batch
+            hits = self._stage1(np.concatenate([e.vectors for e in encoded]), per_vector, st.nprobe or self.nprobe, filtered)  # one ANN call for the batch
         results = []
         start = 0
         for qi, e in enumerate(encoded):
@@ -285,7 +265,7 @@ class Searcher:
             else:
                 chosen = self._locate(within[qi], allowed)
             cands = self._stage2(e.vectors, chosen, n_rerank if within is None else len(chosen), skip)
-            if not hybrid:
+            if not st.hybrid:
                 results.append(self._hits(cands, self._rows(cands, k, level), level))
                 continue
             lexical_ranking = [d for d, _ in self.bm25.search(_text(queries[qi]), depth, exclude=skip, mask=self._bm25_mask(allowed, where))]
@@ -382,7 +362,7 @@ class Searcher:
     # -- deletions and filters -------------------------------------------------------
     def _allowed(self, where: Where | None) -> list[np.ndarray | None]:
         """Per shard, a bool mask of the documents a search may return (None: all)."""
-        fields = _where(where)
+        fields = where or {}
         out = []
         for shard in self.shards:
             mask = shard.live
@@ -407,7 +387,7 @@ class Searcher:
         rebuilt over the live documents at every commit, so deletions need none."""
         if not where:
             return None
-        key = json.dumps(_where(where), sort_keys=True)
+        key = json.dumps(where, sort_keys=True)
         with self._bm25_lock:
             if key not in self._bm25_masks:
                 ids = {doc_id for shard, mask in zip(self.shards, allowed) if mask is not None and mask.any()
@@ -571,20 +551,3 @@ def _lexical_hit(rank: int, doc: Document, score: float, terms: set[str]) -> Hit
     a, b = sentences[best]
     return Hit(rank, doc.id, doc.title, score, best, doc.text[a:b], best_spans, text=doc.text, metadata=dict(doc.metadata))
 
-
-def _where(where: Where | None) -> dict[str, list[Any]]:
-    """A validated filter: field -> the values any of which matches."""
-    if where is None:
-        return {}
-    if not isinstance(where, Mapping):
-        raise ValueError(f"where must map metadata fields to values, got {type(where).__name__}")
-    out = {}
-    for field, value in where.items():
-        if not isinstance(field, str) or not field:
-            raise ValueError(f"where: field names are non-empty strings, got {field!r}")
-        values = value if isinstance(value, (list, tuple, set, frozenset)) else [value]
-        scalars = metadata_values(list(values))
-        if len(scalars) != len(values) or not values:
-            raise ValueError(f"where[{field!r}]: give a string, number, bool or null, or a non-empty list of them; got {value!r}")
-        out[field] = scalars
-    return out

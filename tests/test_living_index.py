@@ -243,3 +243,57 @@ def test_the_front_door_on_real_minilm(tmp_path, minilm, hotpot_questions):
     index.delete(list(gold))
     assert not gold & {h.doc_id for h in index.search(question["question"], k=20)}
     index.close()
+
+
+# -- typed settings: one grammar, parsed once ---------------------------------------------
+def test_encoder_spec_types_and_checks_options_for_every_spelling(tiny):
+    from propdex.encoders.spec import EncoderSpec
+
+    spec = EncoderSpec.parse("proposition:dims=64:query_segments=0:title=no")
+    assert dict(spec.options) == {"dims": 64, "query_segments": False, "title": False}
+    assert str(spec) == "proposition:dims=64:query_segments=0:title=0"
+    assert EncoderSpec.parse(str(spec)) == spec
+    assert dict(EncoderSpec("nugget", {"ratio": "0.5", "window": "none"}).options) == {"ratio": 0.5, "window": None}
+    assert dict(EncoderSpec("tokens", {"pool": "2", "ratio": "idf"}).options) == {"pool": 2, "ratio": "idf"}
+    for bad, message in [("tokens:frobnicate=1", "no option 'frobnicate'.*drop_punct"), ("proposition:dims=sixty", "dims: expected an integer"),
+                         ("proposition:standalone=maybe", "yes/no"), ("nope", "unknown encoder"), ("tokens:drop_punct", "option=value"),
+                         (":dims=1", "names no encoder")]:
+        with pytest.raises(ValueError, match=message):
+            EncoderSpec.parse(bad)
+    # The Python keywords and a spec string give the same encoder.
+    a = load_encoder("tokens:drop_punct=0", backbone=tiny)
+    b = load_encoder("tokens", backbone=tiny, drop_punct="false")
+    assert a.config() == b.config() and a.config()["drop_punct"] is False
+
+
+def test_index_cli_reads_the_same_spec_and_the_earlier_flags(tmp_path, tiny_dir, capsys):
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in _docs(3)))
+    base = ["-q", "index", str(jsonl), "--backbone", str(tiny_dir), "--device", "cpu", "--no-bm25"]
+    assert main([*base, "--out", str(tmp_path / "a"), "--encoder", "tokens:drop_punct=0"]) == 0
+    assert main([*base, "--out", str(tmp_path / "b"), "--encoder", "tokens", "--keep-punct"]) == 0
+    encoders = [json.loads((tmp_path / d / "manifest.json").read_text())["encoder"] for d in "ab"]
+    assert encoders[0] == encoders[1] and encoders[0]["drop_punct"] is False
+    with pytest.raises(SystemExit):
+        main([*base, "--out", str(tmp_path / "c"), "--encoder", "tokens:frobnicate=1"])
+    assert "no option 'frobnicate'" in capsys.readouterr().err
+
+
+def test_search_settings_are_checked_once_and_never_stick(tmp_path, encoder):
+    from propdex.retriever import SearchSettings
+
+    assert SearchSettings.of(k="5", hybrid="1", nprobe="8", where={"a": [1, "x"]}) == SearchSettings(
+        k=5, hybrid=True, nprobe=8, where={"a": (1, "x")})
+    for options, message in [({"k": 0}, "k must be"), ({"level": "page"}, "unknown level"), ({"hops": 3}, "hops"),
+                             ({"hybrid": True, "bm25": True}, "not both"), ({"bm25": True, "level": "unit"}, "BM25 alone"),
+                             ({"nprobe": "many"}, "nprobe: expected"), ({"topk": 3}, "unknown search option 'topk'")]:
+        with pytest.raises(ValueError, match=message):
+            SearchSettings.of(**options)
+    IndexWriter(tmp_path / "i", encoder, factory="IVF4,Flat").build(_docs(40))
+    with Searcher.load(tmp_path / "i", encoder=encoder, nprobe=1) as s:
+        default = [(h.doc_id, h.score) for h in s.search(QUERIES[0], k=5)]
+        wide = [(h.doc_id, h.score) for h in s.search(QUERIES[0], k=5, nprobe=4)]
+        assert s.nprobe == 1 and [(h.doc_id, h.score) for h in s.search(QUERIES[0], k=5)] == default
+        with pytest.raises(ValueError, match="unknown search option"):
+            s.search(QUERIES[0], probes=3)
+    assert len(wide) == 5

@@ -1,0 +1,40 @@
+"""IndexSettings: how an index is laid out, typed and validated once.
+
+They are what `propdex index` flags, eval's system options and
+`IndexWriter(...)`/`propdex.Index.create(...)` keywords become, and what the
+manifest records (`settings`); a resumed build must be given the same.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from propdex.encoders.spec import convert
+
+from . import ann
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    shard_docs: int = 10_000  # documents per shard: the unit of commit and of parallel search
+    factory: str | None = None  # FAISS factory string (None: chosen from the vector count at training)
+    backend: str = "faiss"  # stage-1 ANN library: faiss or hnsw
+    bm25: bool = True  # a BM25 index beside the vectors
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, convert(getattr(self, f.name), {"shard_docs": int, "factory": str | None,
+                                                                                "backend": str, "bm25": bool}[f.name], f.name))
+        if self.shard_docs < 1:
+            raise ValueError("shard_docs (--shard-docs) must be at least 1")
+        if self.backend not in ann.BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; choose from {', '.join(ann.BACKENDS)}")
+
+    def check_factory(self, dim: int) -> None:
+        """Fail now on a factory FAISS cannot build, not after hours of encoding."""
+        if self.factory is not None:
+            ann.make_index(self.factory, dim)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -1,0 +1,79 @@
+"""SearchSettings: how one search runs, typed and validated once.
+
+The CLI's flags, eval's system options (text) and the Python API's keywords
+all become one of these before a query is encoded; a bad value is a
+ValueError naming it. Settings belong to a call: nothing here changes the
+Searcher, so one call's nprobe never leaks into the next.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from propdex.encoders.spec import convert
+from propdex.indexer.store import metadata_values
+
+Level = Literal["doc", "sentence", "unit"]
+LEVELS = ("doc", "sentence", "unit")
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    k: int = 10
+    level: Level = "doc"
+    nprobe: int | None = None  # IVF lists probed per query vector (None: the searcher's default)
+    candidates: int | None = None  # ANN hits per query vector and shard
+    rerank: int | None = None  # documents re-scored exactly per query
+    hybrid: bool = False  # fuse with the index's BM25 (reciprocal rank fusion)
+    bm25: bool = False  # BM25 alone
+    hops: int = 1  # 2: a second BM25 hop for multi-hop questions
+    where: Mapping[str, tuple[Any, ...]] | None = None  # metadata field -> values, any of which matches
+
+    def __post_init__(self) -> None:
+        for name in ("k", "nprobe", "candidates", "rerank", "hops", "hybrid", "bm25"):
+            kind = {"k": int, "hops": int, "hybrid": bool, "bm25": bool}.get(name, int | None)
+            object.__setattr__(self, name, convert(getattr(self, name), kind, name))
+        if self.level not in LEVELS:
+            raise ValueError(f"unknown level {self.level!r}; choose from {', '.join(LEVELS)}")
+        for name in ("k", "nprobe", "candidates", "rerank"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        if self.hops not in (1, 2):
+            raise ValueError(f"hops must be 1 or 2, got {self.hops}")
+        if self.hops == 2 and self.level != "doc":
+            raise ValueError("hops=2 ranks documents: use level='doc'")
+        if self.hybrid and self.bm25:
+            raise ValueError("choose hybrid or bm25, not both")
+        if self.bm25 and self.level != "doc":
+            raise ValueError("BM25 alone ranks documents: use level='doc', or hybrid=True for sentences and units")
+        object.__setattr__(self, "where", _where(self.where))
+
+    @classmethod
+    def of(cls, **options: Any) -> "SearchSettings":
+        """Settings from keywords, with a clear error for one that does not exist."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"unknown search option {unknown[0]!r}; the options are {', '.join(sorted(known))}")
+        return cls(**options)
+
+
+def _where(where: Mapping[str, Any] | None) -> dict[str, tuple[Any, ...]] | None:
+    """A validated filter: field -> the values any of which matches (None: no filter)."""
+    if where is None:
+        return None
+    if not isinstance(where, Mapping):
+        raise ValueError(f"where must map metadata fields to values, got {type(where).__name__}")
+    out = {}
+    for field, value in where.items():
+        if not isinstance(field, str) or not field:
+            raise ValueError(f"where: field names are non-empty strings, got {field!r}")
+        values = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
+        scalars = metadata_values(values)
+        if len(scalars) != len(values) or not values:
+            raise ValueError(f"where[{field!r}]: give a string, number, bool or null, or a non-empty list of them; got {value!r}")
+        out[field] = tuple(scalars)
+    return out or None
