@@ -297,3 +297,42 @@ def test_search_settings_are_checked_once_and_never_stick(tmp_path, encoder):
         with pytest.raises(ValueError, match="unknown search option"):
             s.search(QUERIES[0], probes=3)
     assert len(wide) == 5
+
+
+@pytest.mark.slow
+def test_a_sigkilled_add_leaves_the_last_commit_and_runs_again(tmp_path, tiny_dir):
+    import signal
+    import time
+
+    hotpot = DATA / "hotpotqa" / "hotpot_dev_distractor_600.json"
+    docs = [d for _, d in zip(range(450), read_corpus([hotpot]))]
+    first, more = tmp_path / "first.jsonl", tmp_path / "more.jsonl"
+    first.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in docs[:50]))
+    more.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in docs[50:]))
+    for out in ("killed", "whole"):
+        assert main(["-q", "index", str(first), "--out", str(tmp_path / out), "--backbone", str(tiny_dir), "--device", "cpu",
+                     "--shard-docs", "25"]) == 0
+    manifest = (tmp_path / "killed" / "manifest.json").read_text()
+    enc = load_encoder("tokens", backbone=str(tiny_dir), device="cpu")
+    with Searcher.load(tmp_path / "killed", encoder=enc) as s:
+        before = [(h.doc_id, h.score) for h in s.search(QUERIES[0], k=5)]
+
+    victim = subprocess.Popen([sys.executable, "-m", "propdex", "-q", "add", str(tmp_path / "killed"), str(more), "--device", "cpu"],
+                              stderr=subprocess.DEVNULL)
+    listed = {s["name"] for s in json.loads(manifest)["shards"]}
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(p.name not in listed for p in (tmp_path / "killed").glob("shard-*[0-9]")):
+        time.sleep(0.01)
+    victim.send_signal(signal.SIGKILL)
+    assert victim.wait() == -signal.SIGKILL
+    assert any(p.name not in listed for p in (tmp_path / "killed").glob("shard-*"))  # killed halfway through
+    assert (tmp_path / "killed" / "manifest.json").read_text() == manifest
+    with Searcher.load(tmp_path / "killed", encoder=enc) as s:
+        assert [(h.doc_id, h.score) for h in s.search(QUERIES[0], k=5)] == before
+
+    for out in ("killed", "whole"):
+        assert main(["-q", "add", str(tmp_path / out), str(more), "--device", "cpu"]) == 0
+    with Searcher.load(tmp_path / "killed", encoder=enc) as a, Searcher.load(tmp_path / "whole", encoder=enc) as b:
+        for q in QUERIES:
+            assert [(h.doc_id, h.score) for h in a.search(q, k=10)] == [(h.doc_id, h.score) for h in b.search(q, k=10)]
+        assert len(a.manifest["shards"]) == len(b.manifest["shards"]) == 18
