@@ -79,8 +79,10 @@ class IndexWriter:
         backend: str = "faiss",
         bm25: bool = True,
         inputs: dict[str, Any] | None = None,
+        wait: float = 0.0,
     ) -> None:
-        """`inputs` describes what `build` reads (paths, format, file
+        """`wait`: seconds to wait for another process's writer to finish
+        (default: refuse at once). `inputs` describes what `build` reads (paths, format, file
         fingerprints): a re-run must read the same. `create`, `add`,
         `delete` and `compact` leave the recorded inputs alone."""
         settings = IndexSettings(shard_docs, factory, backend, bm25)
@@ -89,6 +91,7 @@ class IndexWriter:
         self.encoder = encoder
         self.settings = settings.to_json()
         self.inputs = inputs or {}
+        self._wait = wait
         self._lock: int | None = None
         try:
             self.manifest = self._open()
@@ -196,13 +199,19 @@ class IndexWriter:
         if self._lock is not None:
             return
         fd = os.open(self.out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise ValueError(f"{self.out} is being written by another process (pid {holder}); "
-                             f"wait for it, or stop it (a stopped build resumes)") from None
+        deadline = time.monotonic() + self._wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise ValueError(f"{self.out} is being written by another process (pid {holder}); "
+                                 f"wait for it, or stop it (a stopped build resumes)") from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._lock = fd
@@ -417,7 +426,7 @@ class IndexWriter:
 
     # -- a living index: create, add, delete, compact --------------------------------
     @classmethod
-    def open(cls, out: str | Path, encoder: "Encoder | None" = None, *, device: str = "auto") -> "IndexWriter":
+    def open(cls, out: str | Path, encoder: "Encoder | None" = None, *, device: str = "auto", wait: float = 0.0) -> "IndexWriter":
         """A writer for the existing index at `out`, with the settings it was
         built with (and its encoder, unless one is given)."""
         from propdex.encoders import encoder_from_config
@@ -426,7 +435,7 @@ class IndexWriter:
         if encoder is None:
             encoder = encoder_from_config(manifest["encoder"], device=device)
         settings = manifest["settings"]
-        return cls(out, encoder, **{k: settings[k] for k in ("shard_docs", "factory", "backend", "bm25") if k in settings})
+        return cls(out, encoder, wait=wait, **{k: settings[k] for k in ("shard_docs", "factory", "backend", "bm25") if k in settings})
 
     def create(self) -> dict[str, Any]:
         """Commit an empty, complete index (documents come with `add`)."""

@@ -6,11 +6,12 @@ import errno
 import logging
 import os
 import sys
+from pathlib import Path
 
 import lmdb
 
 from propdex.encoders.training import cli as training_cli
-from propdex.eval import bench
+from propdex.eval import bench, loadtest
 from propdex.eval import run as eval_run
 from propdex.indexer import cli as indexer_cli
 from propdex.retriever import cli as retriever_cli
@@ -25,8 +26,33 @@ def build_parser() -> argparse.ArgumentParser:
     retriever_cli.add_commands(sub)
     eval_run.add_commands(sub)
     bench.add_commands(sub)
+    loadtest.add_commands(sub)
+    add_serve_command(sub)
     training_cli.add_commands(sub)
     return parser
+
+
+def add_serve_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve an index over HTTP (extra [serve])",
+                       description="Search and change an index over HTTP: /v1/search, /v1/docs, /v1/info, /healthz; OpenAPI at /docs.")
+    p.add_argument("index", type=Path, metavar="DIR")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--workers", type=int, default=1, help="worker processes (each loads the index; writes stay serialised)")
+    p.add_argument("--token", default=os.environ.get("PROPDEX_TOKEN"), help="bearer token the write routes require (default: $PROPDEX_TOKEN)")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(run=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        raise ValueError("--workers must be at least 1")
+    try:
+        from propdex.serve import serve
+    except ImportError as e:
+        raise ValueError(f"propdex serve needs the [serve] extra (pip install 'propdex[serve]'): {e}") from None
+    serve(args.index, host=args.host, port=args.port, workers=args.workers, token=args.token, device=args.device)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

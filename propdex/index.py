@@ -13,11 +13,18 @@ The writer (`propdex.indexer.IndexWriter`) commits every change with one
 manifest; this object searches the last commit it saw and moves to the next
 one after its own changes (`refresh()` moves it to another process's). Other
 readers keep the view they opened until they refresh.
+
+Safe to share between threads: searches run concurrently, each on the view
+it started with (a view is closed when its last search ends), and changes
+are serialised, here by a lock and across processes by the writer's.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+import os
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +39,20 @@ if TYPE_CHECKING:
     from propdex.encoders import Encoder
 
 
+# How long a change waits for another process's writer before giving up.
+WRITE_WAIT_S = 600.0
+
+
+@dataclass
+class _View:
+    """One commit, open for search; closed once retired and unused."""
+
+    searcher: Searcher
+    stamp: tuple[int, int]  # the manifest file's (inode, mtime) when opened
+    users: int = 0
+    retired: bool = False
+
+
 class Index:
     """A propdex index directory, open for search and change."""
 
@@ -40,7 +61,9 @@ class Index:
         self.path = Path(path)
         self.encoder = encoder
         self._nprobe = nprobe
-        self._searcher: Searcher | None = None
+        self._view: _View | None = None
+        self._views = threading.Lock()
+        self._writes = threading.Lock()
         self.refresh()
 
     # -- opening -----------------------------------------------------------------
@@ -76,10 +99,47 @@ class Index:
 
     def refresh(self) -> "Index":
         """Search the index's latest commit from now on."""
-        old, self._searcher = self._searcher, Searcher.load(self.path, encoder=self.encoder, nprobe=self._nprobe)
+        stamp = self._stamp()
+        view = _View(Searcher.load(self.path, encoder=self.encoder, nprobe=self._nprobe), stamp)
+        with self._views:
+            old, self._view = self._view, view
         if old is not None:
-            old.close()
+            self._retire(old)
         return self
+
+    def refresh_if_changed(self) -> "Index":
+        """Refresh if a commit (of any process) came after this view's."""
+        view = self._view
+        if view is None or view.stamp != self._stamp():
+            self.refresh()
+        return self
+
+    def _stamp(self) -> tuple[int, int]:
+        st = os.stat(self.path / "manifest.json")  # replaced, never rewritten, by each commit
+        return st.st_ino, st.st_mtime_ns
+
+    @contextmanager
+    def _reading(self) -> Iterator[Searcher]:
+        with self._views:
+            view = self._view
+            if view is None:
+                raise ValueError(f"index {self.path} is closed")
+            view.users += 1
+        try:
+            yield view.searcher
+        finally:
+            with self._views:
+                view.users -= 1
+                done = view.retired and view.users == 0
+            if done:
+                view.searcher.close()
+
+    def _retire(self, view: _View) -> None:
+        with self._views:
+            view.retired = True
+            done = view.users == 0
+        if done:
+            view.searcher.close()
 
     # -- changing ------------------------------------------------------------------
     def add(self, documents: Iterable[Mapping[str, Any] | Document]) -> dict[str, Any]:
@@ -94,25 +154,28 @@ class Index:
 
     def delete(self, ids: str | Iterable[str]) -> dict[str, Any]:
         """Delete documents by id. Returns {deleted, missing}."""
-        result = self._writer().delete([ids] if isinstance(ids, str) else [str(i) for i in ids])
-        self.refresh()
+        with self._writes:
+            result = self._writer().delete([ids] if isinstance(ids, str) else [str(i) for i in ids])
+            self.refresh()
         return result
 
     def compact(self) -> dict[str, Any]:
         """Rewrite shards without their deleted documents, merging small ones."""
-        result = self._writer().compact()
-        self.refresh()
+        with self._writes:
+            result = self._writer().compact()
+            self.refresh()
         return result
 
     def _write(self, documents: Iterable[Mapping[str, Any] | Document], replace: bool) -> dict[str, Any]:
         if isinstance(documents, (Mapping, Document)):
             raise ValueError("give a list of documents (one document: [doc])")
-        result = self._writer().add(_records(documents), replace=replace)
-        self.refresh()
+        with self._writes:
+            result = self._writer().add(_records(documents), replace=replace)
+            self.refresh()
         return result
 
     def _writer(self) -> IndexWriter:
-        return IndexWriter.open(self.path, self.encoder)
+        return IndexWriter.open(self.path, self.encoder, wait=WRITE_WAIT_S)
 
     # -- reading -------------------------------------------------------------------
     def search(self, query: str, k: int = 10, level: Level = "doc", *, where: Mapping[str, Any] | None = None,
@@ -120,38 +183,42 @@ class Index:
         """The best k hits for `query` at `level` (doc, sentence, unit), among
         the documents whose metadata matches `where`; `options` are
         Searcher.search_batch's (hybrid, bm25, hops, nprobe, rerank, ...)."""
-        return self.searcher.search(query, k=k, level=level, where=where, **options)
+        with self._reading() as searcher:
+            return searcher.search(query, k=k, level=level, where=where, **options)
 
     def search_batch(self, queries: Sequence[str], k: int = 10, level: Level = "doc", *,
                      where: Mapping[str, Any] | None = None, **options: Any) -> list[list[Hit]]:
-        return self.searcher.search_batch(queries, k=k, level=level, where=where, **options)
+        with self._reading() as searcher:
+            return searcher.search_batch(queries, k=k, level=level, where=where, **options)
 
     def get(self, doc_id: str) -> Document | None:
         """The live document with this id, or None."""
-        searcher = self.searcher
-        key = searcher._key(doc_id)
-        return None if key is None else searcher.shards[key >> 32].store.document(key & 0xFFFFFFFF)
+        with self._reading() as searcher:
+            return searcher.document(doc_id)
 
     def __contains__(self, doc_id: object) -> bool:
-        return isinstance(doc_id, str) and self.searcher._key(doc_id) is not None
+        return isinstance(doc_id, str) and self.get(doc_id) is not None
 
     def __len__(self) -> int:
-        return int(self.searcher.manifest.get("counts", {}).get("documents", 0))
+        return int(self.manifest.get("counts", {}).get("documents", 0))
 
     @property
     def searcher(self) -> Searcher:
-        if self._searcher is None:
+        """The current view's searcher (a refresh may close it: search through the Index to be safe)."""
+        view = self._view
+        if view is None:
             raise ValueError(f"index {self.path} is closed")
-        return self._searcher
+        return view.searcher
 
     @property
     def manifest(self) -> dict[str, Any]:
         return self.searcher.manifest
 
     def close(self) -> None:
-        if self._searcher is not None:
-            self._searcher.close()
-            self._searcher = None
+        with self._views:
+            view, self._view = self._view, None
+        if view is not None:
+            self._retire(view)
 
     def __enter__(self) -> "Index":
         return self
@@ -160,7 +227,7 @@ class Index:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Index({str(self.path)!r}, encoder={self.encoder.name!r}, documents={len(self) if self._searcher else '?'})"
+        return f"Index({str(self.path)!r}, encoder={self.encoder.name!r}, documents={len(self) if self._view else '?'})"
 
 
 def _records(documents: Iterable[Mapping[str, Any] | Document]) -> Iterable[Record]:

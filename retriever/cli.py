@@ -96,16 +96,21 @@ def printable(text: str) -> str:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    m = read_manifest(args.index)
-    shards = m["shards"]
-    summary = {
-        "path": str(args.index),
+    print(json.dumps(summary(args.index), indent=1, ensure_ascii=False))
+    return 0
+
+
+def summary(path: Path) -> dict:
+    """What `propdex info` prints (and a server's /v1/info returns)."""
+    m = read_manifest(path)
+    return {
+        "path": str(path),
         "status": m["status"],
         "documents": m.get("counts", {}).get("documents", 0),
         "deleted": m.get("counts", {}).get("deleted", 0),  # tombstoned, until `propdex compact`
         "generation": m.get("generation", 0),
         "vectors": m.get("counts", {}).get("vectors", 0),
-        "problems": integrity.check(args.index, m),
+        "problems": integrity.check(path, m),
         "encoder": m["encoder"],
         "backbone": m["backbone"],
         "index": m["index"],
@@ -113,13 +118,11 @@ def run_info(args: argparse.Namespace) -> int:
         "counts": m.get("counts", {}),
         "skipped": m.get("skipped", {}),
         "repaired": m.get("repaired", {}),
-        "shards": len(shards),
-        "bytes": sum(f.stat().st_size for f in Path(args.index).rglob("*") if f.is_file()),
+        "shards": len(m["shards"]),
+        "bytes": sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()),
         "versions": m.get("versions", {}),
         "updated": m.get("updated"),
     }
-    print(json.dumps(summary, indent=1, ensure_ascii=False))
-    return 0
 
 
 def run_verify(args: argparse.Namespace) -> int:

@@ -339,6 +339,11 @@ class Searcher:
         return [replace(first[d], rank=rank, hop=1) if d in first else replace(self._bm25_hit(rank, d, second[d], terms), hop=2)
                 for rank, d in enumerate(fusion.interleave(list(first), list(second))[:k], start=1)]
 
+    def document(self, doc_id: str) -> Document | None:
+        """The live document with this id, or None."""
+        key = self._key(doc_id)
+        return None if key is None else self.shards[key >> 32].store.document(key & 0xFFFFFFFF)
+
     def _doc_id(self, c: "_Candidate") -> str:
         return self.shards[c.shard].store.document(c.ordinal).id
 

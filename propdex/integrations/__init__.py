@@ -1,0 +1,2 @@
+"""Adapters for RAG frameworks: `langchain` (extra `[langchain]`) and
+`llamaindex` (extra `[llamaindex]`). Each exposes `PropdexRetriever(index=..., k=5)`."""

@@ -1,0 +1,179 @@
+"""`propdex serve`: an index behind HTTP (FastAPI + uvicorn, the `[serve]` extra).
+
+    GET    /v1/search?q=...&k=10&level=doc     one query (hybrid, bm25, hops, nprobe too)
+    POST   /v1/search                          {"queries": [...], "k", "level", "where", "hybrid", ...}
+    GET    /v1/docs/{id}                       the stored document
+    POST   /v1/docs                            {"documents": [...], "update": false}: add (or update)
+    DELETE /v1/docs/{id}
+    GET    /v1/info, /healthz, /docs (OpenAPI)
+
+Hits are `propdex search --json`'s. Searches run concurrently (FastAPI's
+thread pool), each on a committed view; writes are serialised by the index's
+writer, and every worker moves to a new commit at its next request. A bad
+request is a 4xx with {"error": "one line"}, never a traceback. With a token
+(`--token`, or PROPDEX_TOKEN) the write routes need `Authorization: Bearer`.
+"""
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from propdex.index import Index
+from propdex.retriever.cli import summary
+
+log = logging.getLogger(__name__)
+
+MAX_K = 1000
+MAX_QUERIES = 256
+MAX_BODY_BYTES = 16 << 20
+
+
+class SearchRequest(BaseModel):
+    queries: list[str] = Field(min_length=1, max_length=MAX_QUERIES)
+    k: int = Field(10, ge=1, le=MAX_K)
+    level: str = "doc"
+    where: dict[str, Any] | None = None
+    hybrid: bool = False
+    bm25: bool = False
+    hops: int = 1
+    nprobe: int | None = None
+    rerank: int | None = None
+
+
+class DocumentsRequest(BaseModel):
+    documents: list[dict[str, Any]] = Field(min_length=1)
+    update: bool = False  # replace documents the index holds under the same id
+
+
+class Problem(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def create_app(index: Index, token: str | None = None) -> FastAPI:
+    app = FastAPI(title="propdex", summary=f"search {index.path}", version=_version())
+
+    def writer_allowed(authorization: str | None = Header(None)) -> None:
+        if token is None:
+            return
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
+            raise Problem(401, "this route needs Authorization: Bearer <token>")
+
+    @app.middleware("http")
+    async def bounded(request: Request, call_next):
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            return _error(413, f"request body over {MAX_BODY_BYTES} bytes")
+        return await call_next(request)
+
+    @app.exception_handler(Problem)
+    async def problem(_: Request, e: Problem) -> JSONResponse:
+        return _error(e.status, str(e))
+
+    @app.exception_handler(ValueError)
+    async def bad_value(_: Request, e: ValueError) -> JSONResponse:
+        return _error(400, str(e).splitlines()[0] if str(e) else "bad request")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0] if e.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query"))
+        return _error(400, f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid request")))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        return _error(e.status_code, str(e.detail))
+
+    @app.exception_handler(Exception)
+    async def crashed(_: Request, e: Exception) -> JSONResponse:
+        log.exception("request failed")
+        return _error(500, f"internal error ({type(e).__name__}); the server log has the details")
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        index.refresh_if_changed()
+        return {"status": "ok", "documents": len(index), "generation": index.manifest.get("generation", 0)}
+
+    @app.get("/v1/info")
+    def info() -> dict[str, Any]:
+        return summary(index.path)
+
+    @app.get("/v1/search")
+    def search_one(q: str = Query(..., description="the query"), k: int = Query(10, ge=1, le=MAX_K), level: str = "doc",
+                   hybrid: bool = False, bm25: bool = False, hops: int = 1, nprobe: int | None = None) -> dict[str, Any]:
+        hits = _search(index, [q], k=k, level=level, hybrid=hybrid, bm25=bm25, hops=hops, nprobe=nprobe)[0]
+        return {"query": q, "results": hits}
+
+    @app.post("/v1/search")
+    def search_many(body: SearchRequest) -> dict[str, Any]:
+        options = body.model_dump(exclude={"queries"}, exclude_none=True)
+        results = _search(index, body.queries, **options)
+        return {"results": [{"query": q, "results": hits} for q, hits in zip(body.queries, results)]}
+
+    @app.get("/v1/docs/{doc_id}")
+    def get_document(doc_id: str) -> dict[str, Any]:
+        index.refresh_if_changed()
+        doc = index.get(doc_id)
+        if doc is None:
+            raise Problem(404, f"no document {doc_id!r}")
+        return {"id": doc.id, "title": doc.title, "text": doc.text, "metadata": dict(doc.metadata)}
+
+    @app.post("/v1/docs", dependencies=[Depends(writer_allowed)])
+    def put_documents(body: DocumentsRequest) -> dict[str, Any]:
+        return index.update(body.documents) if body.update else index.add(body.documents)
+
+    @app.delete("/v1/docs/{doc_id}", dependencies=[Depends(writer_allowed)])
+    def delete_document(doc_id: str) -> dict[str, Any]:
+        result = index.delete([doc_id])
+        if not result["deleted"]:
+            raise Problem(404, f"no document {doc_id!r}")
+        return result
+
+    return app
+
+
+def _search(index: Index, queries: list[str], **options: Any) -> list[list[dict[str, Any]]]:
+    if any(not q.strip() for q in queries):
+        raise Problem(400, "empty query")
+    index.refresh_if_changed()
+    return [[h.to_json() for h in hits] for hits in index.search_batch(queries, **options)]
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _version() -> str:
+    import propdex
+
+    return propdex.__version__
+
+
+def app_from_env() -> FastAPI:
+    """The app for uvicorn's workers: the index and token come from the environment."""
+    path = os.environ["PROPDEX_SERVE_INDEX"]
+    return create_app(Index.open(Path(path), device=os.environ.get("PROPDEX_SERVE_DEVICE", "auto")),
+                      token=os.environ.get("PROPDEX_TOKEN") or None)
+
+
+def serve(path: Path, host: str = "127.0.0.1", port: int = 8000, workers: int = 1, token: str | None = None,
+          device: str = "auto") -> None:
+    import uvicorn
+
+    Index.open(path, device="cpu").close()  # a missing or damaged index is an error here, before any worker starts
+    os.environ["PROPDEX_SERVE_INDEX"] = str(Path(path).resolve())
+    os.environ["PROPDEX_SERVE_DEVICE"] = device
+    if token:
+        os.environ["PROPDEX_TOKEN"] = token
+    uvicorn.run("propdex.serve:app_from_env", factory=True, host=host, port=port, workers=workers, log_level="warning")

@@ -1,0 +1,163 @@
+"""`propdex serve` on 127.0.0.1 driven by a real HTTP client, and the
+LangChain and LlamaIndex adapters on a real index."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from paths import DATA
+
+import propdex
+from propdex.encoders import load_encoder
+from propdex.eval.loadtest import load_test
+from propdex.indexer.readers import read_corpus
+
+HOTPOT = DATA / "hotpotqa" / "hotpot_dev_distractor_600.json"
+TOKEN = "s3cret"
+
+
+def _docs(n: int) -> list[dict]:
+    return [{"id": d.id, "title": d.title, "text": d.text, "batch": i % 2}
+            for i, d in zip(range(n), read_corpus([HOTPOT]))]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, tiny_dir):
+    directory = tmp_path_factory.mktemp("served") / "idx"
+    index = propdex.Index.create(directory, load_encoder("tokens", backbone=str(tiny_dir), device="cpu"), shard_docs=20)
+    index.add(_docs(60))
+    index.close()
+    port = _free_port()
+    env = {**os.environ, "PROPDEX_TOKEN": TOKEN}
+    proc = subprocess.Popen([sys.executable, "-m", "propdex", "serve", str(directory), "--port", str(port), "--device", "cpu"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                break
+        except httpx.TransportError:
+            if proc.poll() is not None:
+                raise RuntimeError(proc.stderr.read().decode())
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_every_route(server):
+    health = httpx.get(f"{server}/healthz").json()
+    assert health["status"] == "ok" and health["documents"] == 60
+    info = httpx.get(f"{server}/v1/info").json()
+    assert info["documents"] == 60 and info["problems"] == [] and info["encoder"]["name"] == "tokens"
+
+    one = httpx.get(f"{server}/v1/search", params={"q": "American film director", "k": 3}).json()
+    assert one["query"] == "American film director" and len(one["results"]) == 3
+    hit = one["results"][0]
+    assert {"rank", "doc_id", "title", "score", "text", "metadata", "sentence", "spans"} <= set(hit) and "batch" in hit["metadata"]
+    doc = httpx.get(f"{server}/v1/docs/{hit['doc_id']}").json()
+    assert doc["id"] == hit["doc_id"] and doc["text"] == hit["text"] and doc["metadata"] == hit["metadata"]
+
+    many = httpx.post(f"{server}/v1/search", json={"queries": ["a river", "a band"], "k": 4, "where": {"batch": 1}, "hybrid": True}).json()
+    assert [r["query"] for r in many["results"]] == ["a river", "a band"]
+    assert all(len(r["results"]) == 4 and all(h["metadata"]["batch"] == 1 for h in r["results"]) for r in many["results"])
+
+    new = {"id": "zz-new", "title": "Quokka", "text": "The quokka is a small marsupial of Rottnest Island."}
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    assert httpx.post(f"{server}/v1/docs", json={"documents": [new]}).status_code == 401
+    assert httpx.post(f"{server}/v1/docs", json={"documents": [new]}, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert httpx.post(f"{server}/v1/docs", json={"documents": [new]}, headers=headers).json()["added"] == 1
+    again = httpx.post(f"{server}/v1/docs", json={"documents": [new]}, headers=headers)
+    assert again.status_code == 400 and "update" in again.json()["error"]
+    fixed = dict(new, text="The quokka is a small wallaby of Rottnest Island.")
+    assert httpx.post(f"{server}/v1/docs", json={"documents": [fixed], "update": True}, headers=headers).json()["replaced"] == 1
+    assert httpx.get(f"{server}/v1/docs/zz-new").json()["text"] == fixed["text"]
+    assert httpx.get(f"{server}/v1/search", params={"q": "quokka wallaby Rottnest", "bm25": True}).json()["results"][0]["doc_id"] == "zz-new"
+    assert httpx.delete(f"{server}/v1/docs/zz-new").status_code == 401
+    assert httpx.delete(f"{server}/v1/docs/zz-new", headers=headers).json()["deleted"] == 1
+    assert httpx.get(f"{server}/v1/docs/zz-new").status_code == 404
+    assert httpx.delete(f"{server}/v1/docs/zz-new", headers=headers).status_code == 404
+    assert httpx.get(f"{server}/openapi.json").json()["info"]["title"] == "propdex"
+    assert httpx.get(f"{server}/docs").status_code == 200
+
+
+@pytest.mark.parametrize("request_args, status, message", [
+    (("GET", "/v1/search", {"params": {"q": "  "}}), 400, "empty query"),
+    (("GET", "/v1/search", {"params": {}}), 400, "q"),
+    (("GET", "/v1/search", {"params": {"q": "x", "k": 0}}), 400, "k"),
+    (("GET", "/v1/search", {"params": {"q": "x", "k": 100000}}), 400, "k"),
+    (("GET", "/v1/search", {"params": {"q": "x", "level": "page"}}), 400, "unknown level"),
+    (("GET", "/v1/search", {"params": {"q": "x", "hybrid": True, "bm25": True}}), 400, "not both"),
+    (("POST", "/v1/search", {"json": {"queries": []}}), 400, "queries"),
+    (("POST", "/v1/search", {"json": {"queries": ["x"], "where": {"batch": {"a": 1}}}}), 400, "where"),
+    (("POST", "/v1/search", {"content": b"{not json", "headers": {"content-type": "application/json"}}), 400, ""),
+    (("POST", "/v1/search", {"content": b"x" * (17 << 20), "headers": {"content-type": "application/json"}}), 413, "body"),
+    (("POST", "/v1/docs", {"json": {"documents": [{"id": "q", "text": "t"}]}}), 401, "Bearer"),
+    (("GET", "/v1/nothing", {}), 404, ""),
+])
+def test_bad_requests_get_a_4xx_with_one_line(server, request_args, status, message):
+    method, path, kw = request_args
+    r = httpx.request(method, f"{server}{path}", **kw)
+    assert r.status_code == status
+    error = r.json()["error"]
+    assert isinstance(error, str) and "\n" not in error and "Traceback" not in error and message in error
+
+
+def test_no_search_lost_or_wrong_while_documents_are_added(server):
+    report = load_test(server, clients=6, requests=60, adds=6, token=TOKEN)
+    assert report["n_errors"] == 0 and report["lost"] == [], report
+    assert report["p50_ms"] > 0 and report["p95_ms"] >= report["p50_ms"]
+    assert httpx.get(f"{server}/healthz").json()["documents"] == 66
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory, minilm):
+    directory = tmp_path_factory.mktemp("adapters") / "idx"
+    idx = propdex.Index.create(directory, load_encoder("tokens", backbone=minilm))
+    idx.add(_docs(60))
+    yield idx
+    idx.close()
+
+
+@pytest.mark.slow
+def test_langchain_retriever_returns_documents_with_the_hit_text(index):
+    from langchain_core.documents import Document
+    from propdex.integrations.langchain import PropdexRetriever
+
+    retriever = PropdexRetriever(index=index, k=3, where={"batch": 0})
+    docs = retriever.invoke("Which American director was born in 1966?")
+    hits = index.search("Which American director was born in 1966?", k=3, where={"batch": 0})
+    assert all(isinstance(d, Document) for d in docs) and len(docs) == 3
+    assert [d.page_content for d in docs] == [h.text for h in hits]
+    assert [d.metadata["id"] for d in docs] == [h.doc_id for h in hits] and all(d.metadata["batch"] == 0 for d in docs)
+    assert docs[0].metadata["score"] == pytest.approx(hits[0].score) and "sentence" in docs[0].metadata
+    sentences = PropdexRetriever(index=index, k=2, search_options={"level": "sentence"}).invoke("born in 1966")
+    assert all(d.page_content == d.metadata["sentence"] for d in sentences)
+
+
+@pytest.mark.slow
+def test_llamaindex_retriever_returns_nodes_with_scores(index):
+    from llama_index.core.schema import NodeWithScore, TextNode
+    from propdex.integrations.llamaindex import PropdexRetriever
+
+    nodes = PropdexRetriever(index=index, k=4, hybrid=True).retrieve("Which American director was born in 1966?")
+    hits = index.search("Which American director was born in 1966?", k=4, hybrid=True)
+    assert all(isinstance(n, NodeWithScore) and isinstance(n.node, TextNode) for n in nodes)
+    assert [n.node.get_content() for n in nodes] == [h.text for h in hits]
+    assert [n.node.node_id for n in nodes] == [h.doc_id for h in hits]
+    assert [n.score for n in nodes] == pytest.approx([h.score for h in hits])
+    assert nodes[0].node.metadata["title"] == hits[0].title
