@@ -222,10 +222,26 @@ class IndexWriter:
             os.close(self._lock)  # closing the descriptor drops the flock
             self._lock = None
 
-    def build(self, records: Iterable[Record], limit: int | None = None) -> dict[str, Any]:
+    def build(self, records: Iterable[Record], limit: int | None = None, *, part: tuple[int, int] | None = None) -> dict[str, Any]:
+        """Index `records` (at most `limit` documents). `part=(i, n)` builds
+        part i of n: records i, i + n, i + 2n... are encoded into shards and
+        the build stops there (status `encoded`); `propdex.indexer.merge`
+        commits the parts as one index, trained once."""
         self._acquire()
         try:
             manifest = self.manifest
+            if part is not None:
+                i, n = part
+                if not 0 <= i < n:
+                    raise ValueError(f"--shard-id must be in [0, {n}) for --num-shards {n}, got {i}")
+                if limit is not None:
+                    raise ValueError("--limit counts a whole build's documents: limit the input instead when building parts")
+                if manifest.get("part", {"id": i, "of": n}) != {"id": i, "of": n}:
+                    raise ValueError(f"{self.out} holds part {manifest['part']['id']} of {manifest['part']['of']}, not {i} of {n}")
+                manifest["part"] = {"id": i, "of": n}
+                records = (r for j, r in enumerate(records) if j % n == i)
+            elif manifest.get("part"):
+                raise ValueError(f"{self.out} is a part of a build (--num-shards/--shard-id); merge the parts with `propdex merge`")
             changed = _changed_inputs(manifest["inputs"], self.inputs)
             if changed:
                 raise ValueError(f"{self.out}: the inputs changed since its build began ({changed}); use another --out, "
@@ -242,8 +258,12 @@ class IndexWriter:
         started = time.time()
         if self.manifest["status"] == "encoding":
             self._encode(records, limit)
-            self.manifest["status"] = "training"
+            self.manifest["status"] = "encoded" if self.manifest.get("part") else "training"
             self._commit()
+        if self.manifest["status"] == "encoded":
+            log.info("encoded part %d of %d: %d documents in %d shards; merge the parts with `propdex merge`",
+                     self.manifest["part"]["id"], self.manifest["part"]["of"], self.manifest["counts"]["documents"], len(self.manifest["shards"]))
+            return self.manifest
         if self.manifest["status"] == "training":
             if self.manifest["counts"]["documents"] == 0:
                 (self.out / "manifest.json").unlink()  # nothing committed: a re-run (another --format, say) starts afresh

@@ -55,6 +55,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="index at most N documents")
     p.add_argument("--no-title", action="store_true", help="leave documents' titles out of what the encoder and BM25 read")
     p.add_argument("--no-bm25", action="store_true", help="build no BM25 index beside the vectors")
+    split = p.add_argument_group("beyond one machine", "encode parts in parallel, then commit them as one index, trained once")
+    split.add_argument("--num-shards", type=int, help="with --shard-id: build part I of N (records I, I+N, ...), encoded only; "
+                                                      "then `propdex merge OUT PART...` (SLURM arrays and the like)")
+    split.add_argument("--shard-id", type=int, help="which part this process builds (0..N-1)")
+    split.add_argument("--ray", action="store_true", help="encode the parts on a Ray cluster (extra [ray]) and merge them into --out")
+    split.add_argument("--ray-address", help="Ray cluster to join (default: start a local one; 'auto': the running one)")
+    split.add_argument("--ray-parts", type=int, help="parts (Ray actors) to split the input into (default: one per GPU, else per 2 CPUs)")
     p.set_defaults(run=run_index)
 
 
@@ -71,6 +78,13 @@ def add_update_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("index", type=Path, metavar="DIR")
     p.add_argument("ids", nargs="+", metavar="ID")
     p.set_defaults(run=run_delete)
+
+    p = sub.add_parser("merge", help="commit the parts of a build as one index",
+                       description="Merge parts built with --num-shards/--shard-id into OUT: their shards are linked in, "
+                                   "the ANN index is trained once on all of them, BM25 is built over all documents.")
+    p.add_argument("out", type=Path, metavar="OUT")
+    p.add_argument("parts", nargs="+", type=Path, metavar="PART")
+    p.set_defaults(run=run_merge)
 
     p = sub.add_parser("compact", help="rewrite an index's shards without their deleted documents, merging small ones")
     p.add_argument("index", type=Path, metavar="DIR")
@@ -91,6 +105,13 @@ def run_delete(args: argparse.Namespace) -> int:
     print(f"deleted {result['deleted']} documents from {args.index}"
           + (f"; not found: {', '.join(result['missing'])}" if result["missing"] else ""))
     return 1 if result["missing"] else 0
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    from .merge import merge
+
+    _print_built(merge(args.out, args.parts), args.out)
+    return 0
 
 
 def run_compact(args: argparse.Namespace) -> int:
@@ -119,14 +140,38 @@ def run_index(args: argparse.Namespace) -> int:
     records = read_corpus(args.inputs, args.format)  # checks the paths first
     inputs = {"paths": [str(Path(p).resolve()) for p in args.inputs], "format": args.format, "limit": args.limit,
               "files": fingerprint(args.inputs, args.format)}
-    writer = IndexWriter(args.out, encoder, shard_docs=args.shard_docs, factory=args.factory, backend=args.backend,
-                         bm25=not args.no_bm25, inputs=inputs)
-    manifest = writer.build(records, limit=args.limit)
+    settings = {"shard_docs": args.shard_docs, "factory": args.factory, "backend": args.backend, "bm25": not args.no_bm25}
+    if (args.num_shards is None) != (args.shard_id is None):
+        raise ValueError("--num-shards and --shard-id go together")
+    if args.ray:
+        if args.num_shards is not None or args.limit is not None:
+            raise ValueError("--ray splits the input itself: leave out --num-shards/--shard-id and --limit")
+        try:
+            from .distributed import build_with_ray
+        except ImportError as e:
+            raise ValueError(f"--ray needs the [ray] extra (pip install 'propdex[ray]'): {e}") from None
+        manifest = build_with_ray(args.out, str(spec), paths=[str(p) for p in args.inputs], format=args.format, inputs=inputs,
+                                  settings=settings, backbone=args.backbone, device=args.device, batch_size=args.batch_size,
+                                  parts=args.ray_parts, address=args.ray_address, encoder=encoder)
+        _print_built(manifest, args.out)
+        return 0
+    writer = IndexWriter(args.out, encoder, inputs=inputs, **settings)
+    part = None if args.num_shards is None else (args.shard_id, args.num_shards)
+    manifest = writer.build(records, limit=args.limit, part=part)
+    if part is not None:
+        c = manifest["counts"]
+        print(f"encoded part {part[0]} of {part[1]}: {c['documents']} documents as {c['vectors']} vectors in "
+              f"{len(manifest['shards'])} shards at {args.out}; commit the parts with `propdex merge OUT PART...`")
+        return 0
+    _print_built(manifest, args.out)
+    return 0
+
+
+def _print_built(manifest: dict, out: Path) -> None:
     c = manifest["counts"]
     print(
         f"indexed {c['documents']} documents ({c['sentences']} sentences) as {c['vectors']} vectors "
-        f"in {len(manifest['shards'])} shards [{manifest['index']['factory']}] at {args.out}; "
+        f"in {len(manifest['shards'])} shards [{manifest['index']['factory']}] at {out}; "
         f"skipped {c['skipped']} inputs {json.dumps(manifest['skipped']) if manifest['skipped'] else ''}".rstrip()
         + (f"; repaired {json.dumps(manifest['repaired'])}" if manifest.get("repaired") else "")
     )
-    return 0

@@ -4,6 +4,8 @@ and where= filters, hits with their text, the CLI commands, one namespace."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -336,3 +338,68 @@ def test_a_sigkilled_add_leaves_the_last_commit_and_runs_again(tmp_path, tiny_di
         for q in QUERIES:
             assert [(h.doc_id, h.score) for h in a.search(q, k=10)] == [(h.doc_id, h.score) for h in b.search(q, k=10)]
         assert len(a.manifest["shards"]) == len(b.manifest["shards"]) == 18
+
+
+# -- beyond one machine: parts, merge, Ray ------------------------------------------------
+def _hotpot_jsonl(path: Path, n: int) -> Path:
+    docs = [d for _, d in zip(range(n), read_corpus([DATA / "hotpotqa" / "hotpot_dev_distractor_600.json"]))]
+    path.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in docs))
+    return path
+
+
+def _same_index(a: Path, b: Path, encoder) -> None:
+    with Searcher.load(a, encoder=encoder) as x, Searcher.load(b, encoder=encoder) as y:
+        assert x.manifest["counts"] == y.manifest["counts"]
+        for q in QUERIES + ["American film director", "a river in Europe"]:
+            for options in ({}, {"bm25": True}, {"level": "sentence"}):
+                assert [(h.doc_id, h.sentence_index, round(h.score, 5)) for h in x.search(q, k=10, **options)] == \
+                       [(h.doc_id, h.sentence_index, round(h.score, 5)) for h in y.search(q, k=10, **options)]
+
+
+def test_parts_merged_equal_one_build(tmp_path, tiny_dir):
+    corpus = _hotpot_jsonl(tmp_path / "c.jsonl", 90)
+    common = ["-q", "index", str(corpus), "--backbone", str(tiny_dir), "--device", "cpu", "--shard-docs", "20"]
+    assert main([*common, "--out", str(tmp_path / "whole")]) == 0
+    for i in range(3):
+        assert main([*common, "--out", str(tmp_path / f"p{i}"), "--num-shards", "3", "--shard-id", str(i)]) == 0
+    parts = [str(tmp_path / f"p{i}") for i in (2, 0, 1)]  # any order
+    assert main(["-q", "merge", str(tmp_path / "merged"), *parts[:2]]) == 2  # part 1 missing
+    assert main(["-q", "merge", str(tmp_path / "merged"), *parts]) == 0
+    assert main(["-q", "merge", str(tmp_path / "merged"), *parts]) == 0  # again: nothing to do
+    assert main(["verify", str(tmp_path / "merged")]) == 0
+    _same_index(tmp_path / "merged", tmp_path / "whole", load_encoder("tokens", backbone=str(tiny_dir), device="cpu"))
+    # The parts are left whole, and the merged index stands without them.
+    for p in parts:
+        assert json.loads(Path(p, "manifest.json").read_text())["status"] == "encoded"
+        shutil.rmtree(p)
+    assert main(["verify", str(tmp_path / "merged")]) == 0
+
+
+def test_merge_refuses_parts_that_do_not_make_one_index(tmp_path, tiny_dir, capsys):
+    corpus = _hotpot_jsonl(tmp_path / "c.jsonl", 20)
+    common = ["-q", "index", str(corpus), "--backbone", str(tiny_dir), "--device", "cpu"]
+    for i in range(2):
+        assert main([*common, "--out", str(tmp_path / f"p{i}"), "--num-shards", "2", "--shard-id", str(i)]) == 0
+    assert main([*common, "--out", str(tmp_path / "q1"), "--num-shards", "2", "--shard-id", "1", "--no-bm25"]) == 0
+    assert main([*common, "--out", str(tmp_path / "whole")]) == 0
+    assert main([*common, "--out", str(tmp_path / "bad"), "--num-shards", "2", "--shard-id", "2"]) == 2
+    assert main([*common, "--out", str(tmp_path / "bad"), "--num-shards", "2"]) == 2
+    capsys.readouterr()
+    for parts, message in [(["p0", "q1"], "other settings"), (["p0", "p0"], "each of 0..1 once"),
+                           (["p0", "whole"], "not a part")]:
+        assert main(["-q", "merge", str(tmp_path / "m"), *[str(tmp_path / p) for p in parts]]) == 2
+        assert message in capsys.readouterr().err
+    # A part is not an index to search or extend.
+    assert main([*common, "--out", str(tmp_path / "p0")]) == 2
+
+
+@pytest.mark.slow
+def test_a_ray_build_equals_a_single_process_build(tmp_path, tiny_dir):
+    corpus = _hotpot_jsonl(tmp_path / "c.jsonl", 90)
+    common = ["-q", "index", str(corpus), "--backbone", str(tiny_dir), "--device", "cpu", "--shard-docs", "20"]
+    assert main([*common, "--out", str(tmp_path / "whole")]) == 0
+    run = subprocess.run([sys.executable, "-m", "propdex", *common, "--out", str(tmp_path / "ray"), "--ray", "--ray-parts", "2"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "indexed 90 documents" in run.stdout and not (tmp_path / "ray.parts").exists()
+    _same_index(tmp_path / "ray", tmp_path / "whole", load_encoder("tokens", backbone=str(tiny_dir), device="cpu"))
