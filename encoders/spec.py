@@ -44,19 +44,25 @@ class EncoderSpec:
     @classmethod
     def parse(cls, text: str) -> "EncoderSpec":
         """`proposition:dims=64:standalone=1` (the eval system grammar)."""
-        name, _, rest = text.strip().partition(":")
-        options = {}
-        for item in rest.split(":") if rest else ():
-            key, eq, value = item.partition("=")
-            if not eq or not key:
-                raise ValueError(f"encoder spec {text!r}: {item!r} is not option=value (grammar: {GRAMMAR})")
-            options[key] = value
-        if not name:
-            raise ValueError(f"encoder spec {text!r} names no encoder (grammar: {GRAMMAR})")
-        return cls(name, options)
+        return cls(*split_spec(text, "encoder"))
 
     def __str__(self) -> str:
         return ":".join([self.name, *(f"{k}={_text(v)}" for k, v in self.options.items())])
+
+
+def split_spec(text: str, what: str = "spec") -> tuple[str, dict[str, str]]:
+    """`NAME[:option=value...]` as the name and its options, still text
+    (the grammar of encoder specs here and of eval's systems)."""
+    name, _, rest = text.strip().partition(":")
+    options = {}
+    for item in rest.split(":") if rest else ():
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"{what} spec {text!r}: option {item!r} is not option=value (grammar: {GRAMMAR})")
+        options[key] = value
+    if not name:
+        raise ValueError(f"{what} spec {text!r} names no {what} (grammar: {GRAMMAR})")
+    return name, options
 
 
 def option_types(name: str) -> dict[str, Any]:

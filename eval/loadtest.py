@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import shlex
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +37,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     report = load_test(args.url, clients=args.clients, requests=args.requests, adds=args.adds, token=args.token)
+    command = ["propdex", "loadtest", args.url, "--clients", str(args.clients), "--requests", str(args.requests), "--adds", str(args.adds)]
+    report["command"] = shlex.join(command + (["--token", "TOKEN"] if args.token else []))  # the token itself stays out
     print(json.dumps(report))
     if args.out:
         with open(args.out, "w") as f:

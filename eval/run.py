@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from propdex.encoders import Document, flag, load_encoder
+from propdex.encoders.spec import split_spec
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.lexical import BM25, document_text
 from propdex.indexer.manifest import library_versions
@@ -62,16 +63,7 @@ class System:
 
     @classmethod
     def parse(cls, spec: str) -> "System":
-        name, _, rest = spec.partition(":")
-        options = {}
-        for kv in rest.split(":") if rest else ():
-            key, eq, value = kv.partition("=")
-            if not eq or not key:
-                raise ValueError(f"system spec {spec!r}: option {kv!r} is not option=value (grammar: {SPEC_GRAMMAR})")
-            options[key] = value
-        if not name:
-            raise ValueError(f"system spec {spec!r} names no system (grammar: {SPEC_GRAMMAR})")
-        return cls(spec, name, options)
+        return cls(spec, *split_spec(spec, "system"))
 
     def titles(self) -> bool:
         """Does this system read documents' titles (default yes; `title=0` off)?"""
