@@ -64,6 +64,7 @@ class Index:
         self._view: _View | None = None
         self._views = threading.Lock()
         self._writes = threading.Lock()
+        self._refreshing = threading.RLock()  # one new view at a time, however many requests notice a commit
         self.refresh()
 
     # -- opening -----------------------------------------------------------------
@@ -99,20 +100,27 @@ class Index:
 
     def refresh(self) -> "Index":
         """Search the index's latest commit from now on."""
-        stamp = self._stamp()
-        view = _View(Searcher.load(self.path, encoder=self.encoder, nprobe=self._nprobe), stamp)
-        with self._views:
-            old, self._view = self._view, view
+        with self._refreshing:
+            stamp = self._stamp()
+            view = _View(Searcher.load(self.path, encoder=self.encoder, nprobe=self._nprobe), stamp)
+            with self._views:
+                old, self._view = self._view, view
         if old is not None:
             self._retire(old)
         return self
 
     def refresh_if_changed(self) -> "Index":
         """Refresh if a commit (of any process) came after this view's."""
-        view = self._view
-        if view is None or view.stamp != self._stamp():
-            self.refresh()
+        if self._current():
+            return self
+        with self._refreshing:
+            if not self._current():
+                self.refresh()
         return self
+
+    def _current(self) -> bool:
+        view = self._view
+        return view is not None and view.stamp == self._stamp()
 
     def _stamp(self) -> tuple[int, int]:
         st = os.stat(self.path / "manifest.json")  # replaced, never rewritten, by each commit
