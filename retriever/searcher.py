@@ -32,7 +32,7 @@ from propdex.indexer.manifest import read_manifest
 from propdex.indexer.store import ShardStore, read_deleted
 
 from . import fusion, scoring
-from .settings import LEVELS, Level, SearchSettings
+from .settings import LEVELS, Level, SearchSettings  # noqa: F401 (LEVELS: re-exported)
 
 if TYPE_CHECKING:
     from propdex.encoders import Encoder
@@ -371,9 +371,9 @@ class Searcher:
         out = []
         for shard in self.shards:
             mask = shard.live
-            for field, values in fields.items():
+            for name, values in fields.items():
                 match = np.zeros(len(shard.store), dtype=bool)
-                match[shard.store.matching(field, values)] = True
+                match[shard.store.matching(name, values)] = True
                 mask = match if mask is None else mask & match
             out.append(mask)
         return out

@@ -4,14 +4,12 @@ and where= filters, hits with their text, the CLI commands, one namespace."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 from paths import DATA
 

@@ -2,13 +2,11 @@
 LangChain and LlamaIndex adapters on a real index."""
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
