@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -32,26 +34,36 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, tiny_dir):
-    directory = tmp_path_factory.mktemp("served") / "idx"
-    index = propdex.Index.create(directory, load_encoder("tokens", backbone=str(tiny_dir), device="cpu"), shard_docs=20)
-    index.add(_docs(60))
-    index.close()
+def _start(directory: Path, *args: str):
+    """`propdex serve` on a free loopback port; (process, url) once /healthz answers."""
     port = _free_port()
     env = {**os.environ, "PROPDEX_TOKEN": TOKEN}
-    proc = subprocess.Popen([sys.executable, "-m", "propdex", "serve", str(directory), "--port", str(port), "--device", "cpu"],
+    proc = subprocess.Popen([sys.executable, "-m", "propdex", "serve", str(directory), "--port", str(port), "--device", "cpu", *args],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while time.time() < deadline:
         try:
             if httpx.get(f"{url}/healthz").status_code == 200:
-                break
+                return proc, url
         except httpx.TransportError:
             if proc.poll() is not None:
                 raise RuntimeError(proc.stderr.read().decode())
             time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("the server did not answer /healthz within 120 s")
+
+
+def _served_index(directory: Path, tiny_dir: Path, n: int) -> Path:
+    index = propdex.Index.create(directory, load_encoder("tokens", backbone=str(tiny_dir), device="cpu"), shard_docs=20)
+    index.add(_docs(n))
+    index.close()
+    return directory
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, tiny_dir):
+    proc, url = _start(_served_index(tmp_path_factory.mktemp("served") / "idx", tiny_dir, 60))
     yield url
     proc.terminate()
     proc.wait(timeout=30)
@@ -120,6 +132,22 @@ def test_no_search_lost_or_wrong_while_documents_are_added(server):
     assert report["n_errors"] == 0 and report["lost"] == [], report
     assert report["p50_ms"] > 0 and report["p95_ms"] >= report["p50_ms"]
     assert httpx.get(f"{server}/healthz").json()["documents"] == 66
+
+
+def test_workers_share_one_index_and_see_each_others_commits(tmp_path, tiny_dir):
+    proc, url = _start(_served_index(tmp_path / "idx", tiny_dir, 20), "--workers", "2")
+    try:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        docs = [{"id": f"w{i}", "text": f"Worker test document number {i} about zebras."} for i in range(8)]
+        with ThreadPoolExecutor(4) as pool:  # the writes land on both workers and wait for each other's lock
+            answers = list(pool.map(lambda d: httpx.post(f"{url}/v1/docs", json={"documents": [d]}, headers=headers, timeout=120), docs))
+        assert [a.status_code for a in answers] == [200] * 8
+        # Whichever worker answers, it serves the last commit.
+        assert {httpx.get(f"{url}/healthz").json()["documents"] for _ in range(10)} == {28}
+        assert all(httpx.get(f"{url}/v1/docs/w{i}").status_code == 200 for i in range(8))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
