@@ -24,6 +24,14 @@ BACKENDS = ("faiss", "hnsw")
 FLAT_BELOW = 50_000  # vectors; under this, exact search is cheap and training would overfit
 
 
+def set_threads(n: int) -> None:
+    """FAISS's OpenMP threads for this process (a search's own parallelism;
+    concurrent searches want 1 each, or they spin against each other)."""
+    if n < 1:
+        raise ValueError(f"threads must be at least 1, got {n}")
+    faiss.omp_set_num_threads(n)
+
+
 def default_factory(n_vectors: int, dim: int) -> str:
     """Flat for tiny corpora, else IVF + PQ.
 

@@ -40,6 +40,9 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--workers", type=int, default=1, help="worker processes (each loads the index; writes stay serialised)")
     p.add_argument("--token", default=os.environ.get("PROPDEX_TOKEN"), help="bearer token the write routes require (default: $PROPDEX_TOKEN)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="FAISS and torch threads per worker (default 1: concurrent requests are the parallelism, and on 2 cores "
+                        "one thread served single queries 1.8x faster, eval/RESULTS.md 'Serving'; 0: their own default, one per core)")
     p.add_argument("--device", default="auto")
     p.set_defaults(run=run_serve)
 
@@ -47,11 +50,13 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ValueError("--workers must be at least 1")
+    if args.threads < 0:
+        raise ValueError("--threads must be 0 (the libraries' default) or more")
     try:
         from propdex.serve import serve
     except ImportError as e:
         raise ValueError(f"propdex serve needs the [serve] extra (pip install 'propdex[serve]'): {e}") from None
-    serve(args.index, host=args.host, port=args.port, workers=args.workers, token=args.token, device=args.device)
+    serve(args.index, host=args.host, port=args.port, workers=args.workers, token=args.token, device=args.device, threads=args.threads or None)
     return 0
 
 

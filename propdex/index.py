@@ -33,7 +33,7 @@ from propdex.encoders.text import split_sentences
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.readers import Record, Skip, record_from_dict
-from propdex.retriever.searcher import Hit, Level, Searcher
+from propdex.retriever.searcher import Hit, Level, Searcher, set_threads
 
 if TYPE_CHECKING:
     from propdex.encoders import Encoder
@@ -93,8 +93,11 @@ class Index:
         return cls(path, encoder)
 
     @classmethod
-    def open(cls, path: str | Path, *, device: str = "auto", nprobe: int = 32) -> "Index":
-        """The index at `path`, with the encoder it was built with."""
+    def open(cls, path: str | Path, *, device: str = "auto", nprobe: int = 32, threads: int | None = None) -> "Index":
+        """The index at `path`, with the encoder it was built with; `threads`
+        sets the process's FAISS and torch threads (see Searcher.load)."""
+        if threads is not None:
+            set_threads(threads)
         manifest = read_manifest(Path(path))
         return cls(path, encoder_from_config(manifest["encoder"], device=device), nprobe=nprobe)
 

@@ -163,13 +163,17 @@ def _version() -> str:
 def app_from_env() -> FastAPI:
     """The app for uvicorn's workers: the index and token come from the environment."""
     path = os.environ["PROPDEX_SERVE_INDEX"]
-    return create_app(Index.open(Path(path), device=os.environ.get("PROPDEX_SERVE_DEVICE", "auto")),
-                      token=os.environ.get("PROPDEX_TOKEN") or None)
+    threads = os.environ.get("PROPDEX_SERVE_THREADS")
+    index = Index.open(Path(path), device=os.environ.get("PROPDEX_SERVE_DEVICE", "auto"), threads=int(threads) if threads else None)
+    return create_app(index, token=os.environ.get("PROPDEX_TOKEN") or None)
 
 
 def serve(path: Path, host: str = "127.0.0.1", port: int = 8000, workers: int = 1, token: str | None = None,
-          device: str = "auto") -> None:
+          device: str = "auto", threads: int | None = None) -> None:
     import uvicorn
+
+    if threads is not None:
+        os.environ["PROPDEX_SERVE_THREADS"] = str(threads)
 
     Index.open(path, device="cpu").close()  # a missing or damaged index is an error here, before any worker starts
     os.environ["PROPDEX_SERVE_INDEX"] = str(Path(path).resolve())

@@ -29,6 +29,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE", type=where_clause,
                    help="keep documents whose metadata FIELD equals VALUE (JSON: year=2021, tag='[\"a\",\"b\"]' for any of a list; "
                         "else text); repeat to require several")
+    p.add_argument("--threads", type=int, help="FAISS and torch threads (default: theirs, one per core)")
     p.add_argument("--device", default="auto")
     p.set_defaults(run=run_search)
 
@@ -50,7 +51,7 @@ def run_search(args: argparse.Namespace) -> int:
         args.query.encode("utf-8")
     except UnicodeEncodeError:  # argv bytes that are not UTF-8 arrive as lone surrogates
         raise ValueError("the query is not valid UTF-8") from None
-    with Searcher.load(args.index, device=args.device, nprobe=args.nprobe) as searcher:
+    with Searcher.load(args.index, device=args.device, nprobe=args.nprobe, threads=args.threads) as searcher:
         hits = searcher.search(args.query, k=args.k, level=args.level, candidates=args.candidates, rerank=args.rerank,
                                hybrid=args.hybrid, bm25=args.bm25, hops=args.hops, where=dict(args.where) or None)
     if args.json:

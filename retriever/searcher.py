@@ -127,9 +127,15 @@ class Searcher:
 
     @classmethod
     def load(
-        cls, path: str | Path, *, device: str = "auto", encoder: "Encoder | None" = None, nprobe: int = 32, mmap: bool = False
+        cls, path: str | Path, *, device: str = "auto", encoder: "Encoder | None" = None, nprobe: int = 32, mmap: bool = False,
+        threads: int | None = None,
     ) -> "Searcher":
+        """The index at `path`, ready to search. `threads` sets the process's
+        FAISS and torch threads (both are process-wide): 1 where many
+        searches run at once (a server), the core count for one at a time."""
         path = Path(path)
+        if threads is not None:
+            set_threads(threads)
         for attempt in range(3):
             manifest = read_manifest(path)
             try:
@@ -537,6 +543,14 @@ class Searcher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def set_threads(n: int) -> None:
+    """FAISS's and torch's threads for this process."""
+    import torch
+
+    ann.set_threads(n)
+    torch.set_num_threads(n)
 
 
 def _text(query: str | Document) -> str:
