@@ -401,3 +401,19 @@ def test_a_ray_build_equals_a_single_process_build(tmp_path, tiny_dir):
     assert run.returncode == 0, run.stderr[-2000:]
     assert "indexed 90 documents" in run.stdout and not (tmp_path / "ray.parts").exists()
     _same_index(tmp_path / "ray", tmp_path / "whole", load_encoder("tokens", backbone=str(tiny_dir), device="cpu"))
+
+
+def test_threads_are_set_for_the_process_when_asked(tmp_path, encoder):
+    import faiss
+    import torch
+
+    IndexWriter(tmp_path / "i", encoder).build(_docs(5))
+    before = (faiss.omp_get_max_threads(), torch.get_num_threads())
+    try:
+        with Searcher.load(tmp_path / "i", encoder=encoder, threads=1) as s:
+            assert (faiss.omp_get_max_threads(), torch.get_num_threads()) == (1, 1) and s.search(QUERIES[0], k=2)
+        with pytest.raises(ValueError, match="threads must be at least 1"):
+            Searcher.load(tmp_path / "i", encoder=encoder, threads=0)
+    finally:
+        faiss.omp_set_num_threads(before[0])
+        torch.set_num_threads(before[1])
