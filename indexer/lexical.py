@@ -20,6 +20,7 @@ of the documents.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
@@ -37,6 +38,15 @@ STOP_WORDS = frozenset(
 )
 WORDS = re.compile(r"[^\W_]+")
 DEFAULTS = {"method": "lucene", "k1": 1.2, "b": 0.75}
+
+
+@lru_cache(maxsize=1)
+def _bm25s() -> Any:
+    import bm25s
+
+    # bm25s sets its logger to DEBUG on import: its "Building index" lines are noise here.
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
 
 
 @lru_cache(maxsize=1)
@@ -68,7 +78,7 @@ class BM25:
     @classmethod
     def build(cls, docs: Iterable[tuple[str, str]], *, method: str = DEFAULTS["method"], k1: float = DEFAULTS["k1"],
               b: float = DEFAULTS["b"]) -> "BM25":
-        import bm25s
+        bm25s = _bm25s()
 
         ids: list[str] = []
         terms: list[list[str]] = []
@@ -112,7 +122,7 @@ class BM25:
 
     @classmethod
     def load(cls, directory: Path, mmap: bool = True) -> "BM25":
-        import bm25s
+        bm25s = _bm25s()
 
         directory = Path(directory)
         meta = json.loads((directory / IDS).read_text())

@@ -68,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
     )
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
-    logging.getLogger("bm25s").setLevel(logging.WARNING)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         return args.run(args)
