@@ -86,13 +86,19 @@ def flag(value: Any) -> bool:
     raise ValueError(f"expected a yes/no value (1/0, true/false), got {value!r}")
 
 
+def recorded_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A manifest's encoder entry with the options it predates filled in at
+    the values its index was built with: no title before titles existed, and
+    each encoder's `legacy_options`."""
+    return {"title": False, **encoder_class(config["name"]).legacy_options, **config}
+
+
 def encoder_from_config(
     config: dict[str, Any], device: str = "auto", backbone: "Backbone | None" = None
 ) -> "Encoder":
     """Rebuild the encoder an index was made with, from its manifest entry
     (on `backbone` when one is already loaded)."""
-    options = {k: v for k, v in config.items() if k not in ("name", "backbone", "dim")}
-    options.setdefault("title", False)  # indexes from before titles never read them
+    options = {k: v for k, v in recorded_config(config).items() if k not in ("name", "backbone", "dim")}
     if backbone is None:
         from .backbone import Backbone
 
@@ -114,5 +120,5 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DEFAULT_BACKBONE", "ENCODERS", "WEIGHTS", "weights_path", "Backbone", "Document", "Encoded", "Encoder", "EncoderSpec", "Kind",
-    "Passage", "Unit", "encoder_class", "encoder_from_config", "load_encoder",
+    "Passage", "Unit", "encoder_class", "encoder_from_config", "load_encoder", "recorded_config",
 ]

@@ -20,16 +20,21 @@ the cross layer's W^Q, W^K to find the right neighbour. A second term
 distils the backbone's own ranking of the sample's sequences into those
 attention logits, so they rank the way the geometry they read does.
 
-Retrieval uses that attention directly. The logit of query q against
-sequence c for slot n and head h is <W^Q_h E_q[n] + b_h, W^K_h E_c[n]> / sqrt(d_h),
-so a sequence is stored as its N*H key blocks side by side and a query as
-its N*H (scaled) query blocks: their inner product is the sum of the logits,
-an exact inner-product search in FAISS. Stage 2 re-scores the candidates by
-the paper's alpha, the softmax over candidates averaged over heads and slots
-(`retriever.scoring.attention`), or (`score=dot`) by the summed logits. The
-control model (masked LM only, no cross layer) has no W^Q, W^K; it is scored
-by the cosine of its slot states, averaged over slots, as the paper scores
-its MLM baselines.
+Retrieval reads the slots beside the words they summarise. By default
+(`words=1`) a sequence's vector is its slots' N*H key blocks (a query's:
+its query blocks), scaled to unit length, followed by the mean of its word
+states as `single` pools them, also unit length: the inner product is the
+cosine of the attention logits' blocks plus the cosine of the two means, an
+exact inner-product search in FAISS with nothing to calibrate. The slots
+then add what a sequence's neighbours taught them to a backbone geometry
+that stays whole, where alone they would replace it.
+
+`words=0` keeps the paper's scoring of the slots alone: stage 2 re-scores
+the candidates by alpha, the softmax over candidates averaged over heads and
+slots (`retriever.scoring.attention`), or (`score=dot`) by the summed
+logits. The control model (masked LM only, no cross layer) has no W^Q, W^K;
+its slot part is the cosine of its slot states, averaged over slots, as the
+paper scores its MLM baselines.
 """
 from __future__ import annotations
 
@@ -42,11 +47,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import weights_path
+from . import flag, weights_path
 from .adapters import adapter_stages, layer_stack, merged_stages
 from .backbone import Backbone
-from .base import Encoder, SentenceLocator, TokenStates, _n_specials
+from .base import Encoder, SentenceLocator, TokenStates, _n_specials, l2_normalize
 from .provenance import read_weights, recorded_weights, verified_sha256
+from .single import passage_mean
 from .units import Document, Encoded, Kind, Passage
 
 SEQUENCE_TOKENS = 64
@@ -402,21 +408,28 @@ def load_crossthought(path: str | Path, model: nn.Module) -> tuple[CrossThoughtM
 
 class CrossThoughtEncoder(Encoder):
     """One unit per short sequence; its vector is its N slots' key blocks
-    (queries: query blocks), or, for the control, its unit slot states / sqrt(N).
+    (queries: query blocks), or, for the control, its unit slot states /
+    sqrt(N); with `words` (the default) both unit length and followed by the
+    sequence's mean word state.
 
-    `score="alpha"` re-scores candidates by the paper's attention weight
-    (softmax over candidates, averaged over heads and slots); `score="dot"`
-    by the summed logits themselves, stage 1's inner product."""
+    Slots alone (`words=0`): `score="alpha"` re-scores candidates by the
+    paper's attention weight (softmax over candidates, averaged over heads
+    and slots); `score="dot"` by the summed logits themselves, stage 1's
+    inner product."""
 
     name = "crossthought"
     kind = Kind.SLOT
+    # Indexes from before `words` existed stored the slots alone.
+    legacy_options = {"words": False}
 
     def __init__(self, backbone: Backbone, batch_size: int = 32, weights: str = DEFAULT_WEIGHTS,
-                 weights_sha256: str | None = None, score: str = "alpha") -> None:
+                 weights_sha256: str | None = None, score: str = "alpha", words: bool | str = True) -> None:
         super().__init__(backbone, batch_size)
         if score not in ("alpha", "dot"):
             raise ValueError(f"crossthought score must be alpha or dot, got {score!r}")
-        self.weights_name, self.score = str(weights), score
+        self.weights_name, self.score, self.words = str(weights), score, flag(words)
+        if self.words and score != "alpha":
+            raise ValueError("crossthought score= chooses how slots alone are scored; it needs words=0")
         name = self.weights_name
         if name == UNTRAINED or name.startswith(UNTRAINED + "-"):
             slots = int(name.split("-", 1)[1]) if "-" in name else 5
@@ -437,18 +450,19 @@ class CrossThoughtEncoder(Encoder):
 
     @property
     def dim(self) -> int:
-        return self.ct.n_slots * self.backbone.dim
+        return (self.ct.n_slots + self.words) * self.backbone.dim
 
     @property
     def attention_blocks(self) -> int:
-        return self.ct.n_slots * self.ct.heads if self.ct.cross is not None and self.score == "alpha" else 0
+        slots_alone = self.ct.cross is not None and self.score == "alpha" and not self.words
+        return self.ct.n_slots * self.ct.heads if slots_alone else 0
 
     @property
     def max_length(self) -> int:
         return self.length + _n_specials(self.backbone)
 
     def options(self) -> dict[str, Any]:
-        options = {"weights": self.weights_name, "weights_sha256": self.weights_sha256}
+        options = {"weights": self.weights_name, "weights_sha256": self.weights_sha256, "words": self.words}
         return options | ({"score": self.score} if self.score != "alpha" else {})
 
     def passages(self, doc: Document) -> list[Passage]:
@@ -461,7 +475,7 @@ class CrossThoughtEncoder(Encoder):
 
     @torch.inference_mode()
     def vectors(self, slots: torch.Tensor, *, query: bool) -> np.ndarray:
-        """(b, N, d) slot states -> (b, N*d) vectors for the inner-product index."""
+        """(b, N, d) slot states -> (b, N*d) slot parts for the inner-product index."""
         cross = self.ct.cross
         if cross is None:
             out = nn.functional.normalize(slots.float(), dim=-1) / math.sqrt(slots.shape[1])
@@ -472,5 +486,9 @@ class CrossThoughtEncoder(Encoder):
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
         assert tokens.slots is not None
         unit = SentenceLocator(passage.doc).unit([(passage.start, passage.end)], Kind.SLOT)
-        return Encoded(self.vectors(tokens.slots[None], query=query), [unit])
-
+        vector = self.vectors(tokens.slots[None], query=query)
+        if self.words:
+            mean, _ = passage_mean(passage, tokens)
+            # Two unit-length halves: their inner product is the sum of two cosines.
+            vector = np.concatenate([l2_normalize(torch.from_numpy(vector)), np.zeros_like(vector[:, : self.backbone.dim]) if mean is None else mean], 1)
+        return Encoded(vector, [unit])

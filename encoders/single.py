@@ -28,21 +28,29 @@ class SingleEncoder(Encoder):
         return {"weights": self.weights, "weights_sha256": self.weights_sha256} if self.weights else {}
 
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
-        doc = passage.doc
-        char_spans = tokens.offsets + passage.start
-        if doc.focus:
-            # Mask pooling: the whole passage is context, only the focus is averaged.
-            keep = ~tokens.special & focus_mask(doc, char_spans)
-            spans = [(max(a, passage.start), min(b, passage.end)) for a, b in doc.focus if a < passage.end and b > passage.start]
-        else:
-            # Plain mean pooling over every real token, specials included, as
-            # sentence-transformers does, so vectors match the model card's.
-            keep = np.ones(len(char_spans), dtype=bool)
-            spans = [(passage.start, passage.end)]
-        if not keep.any() or not spans:
+        vector, spans = passage_mean(passage, tokens)
+        if vector is None:
             return Encoded(np.zeros((0, self.dim), np.float32), [])
-        vector = l2_normalize(tokens.states[keep].mean(0, keepdim=True))
-        return Encoded(vector, [SentenceLocator(doc).unit(spans, Kind.PASSAGE)])
+        return Encoded(vector, [SentenceLocator(passage.doc).unit(spans, Kind.PASSAGE)])
+
+
+def passage_mean(passage: Passage, tokens: TokenStates) -> tuple[np.ndarray | None, list[tuple[int, int]]]:
+    """`single`'s vector of a passage, (1, dim) and unit length, and the char
+    spans it stands for; (None, []) when nothing in the passage is pooled."""
+    doc = passage.doc
+    char_spans = tokens.offsets + passage.start
+    if doc.focus:
+        # Mask pooling: the whole passage is context, only the focus is averaged.
+        keep = ~tokens.special & focus_mask(doc, char_spans)
+        spans = [(max(a, passage.start), min(b, passage.end)) for a, b in doc.focus if a < passage.end and b > passage.start]
+    else:
+        # Plain mean pooling over every real token, specials included, as
+        # sentence-transformers does, so vectors match the model card's.
+        keep = np.ones(len(char_spans), dtype=bool)
+        spans = [(passage.start, passage.end)]
+    if not keep.any() or not spans:
+        return None, []
+    return l2_normalize(tokens.states[keep].mean(0, keepdim=True)), spans
 
 
 def load_adapted(weights: str, backbone: Backbone, expected_sha256: str | None = None) -> tuple[Any, str]:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from propdex.encoders import Document, Encoded
+from propdex.encoders import Document, Encoded, recorded_config
 
 from . import ann, lexical
 from .manifest import FORMAT, FORMAT_VERSION, library_versions, read_manifest, sha256_file, write_manifest
@@ -122,8 +122,8 @@ class IndexWriter:
         self._acquire()
         if (self.out / "manifest.json").is_file():
             manifest = read_manifest(self.out)
-            # Indexes from before titles read none.
-            manifest["encoder"] = {"title": False, **manifest["encoder"]}
+            # Options an older index predates, at the values it was built with.
+            manifest["encoder"] = recorded_config(manifest["encoder"])
             # BM25 is a companion, not part of what the vectors are: a run
             # with bm25 on completes an index that lacks it, one with it off
             # leaves an existing one alone.

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import lmdb
 import numpy as np
 
-from propdex.encoders import Document, encoder_from_config
+from propdex.encoders import Document, encoder_from_config, recorded_config
 from propdex.encoders.units import Unit
 from propdex.indexer import ann, integrity, lexical
 from propdex.indexer.manifest import read_manifest
@@ -157,7 +157,7 @@ class Searcher:
             log.warning("index %s is not complete (%s): searching its finished shards only; re-run the build to finish it", path, manifest["status"])
         if encoder is None:
             encoder = encoder_from_config(manifest["encoder"], device=device)
-        if encoder.config() != {"title": False, **manifest["encoder"]}:
+        if encoder.config() != recorded_config(manifest["encoder"]):
             raise ValueError(f"encoder {encoder.config()} does not match the index's {manifest['encoder']}")
         if encoder.backbone.weights_hash != manifest["backbone"]["weights_sha256"]:
             raise ValueError(f"backbone {encoder.backbone.name!r} here has other weights than the index was built with")

@@ -236,7 +236,7 @@ def test_saved_weights_load_back_to_the_same_slots(tiny, ct_dir):
 
 def test_encoder_gives_one_unit_of_n_slot_blocks_per_sequence(tiny, ct_dir):
     path, model = ct_dir
-    encoder = load_encoder("crossthought", backbone=tiny, weights=str(path))
+    encoder = load_encoder("crossthought", backbone=tiny, weights=str(path), words=0)
     doc = Document("d", TEXT, sentences=((0, 77), (78, len(TEXT))))
     passages = encoder.passages(doc)
     encoded = encoder.encode(passages)
@@ -257,6 +257,12 @@ def test_encoder_gives_one_unit_of_n_slot_blocks_per_sequence(tiny, ct_dir):
     assert encoder.config()["weights_sha256"]
 
 
+def test_slot_scoring_options_belong_to_slots_alone(tiny, ct_dir):
+    with pytest.raises(ValueError, match="words=0"):
+        load_encoder("crossthought", backbone=tiny, weights=str(ct_dir[0]), score="dot")
+    assert load_encoder("crossthought", backbone=tiny, weights=str(ct_dir[0]), score="dot", words="0").attention_blocks == 0
+
+
 def test_the_untrained_start_loads_by_name_and_is_the_seeded_model_training_begins_from(tiny):
     a = load_encoder("crossthought", backbone=tiny, weights="untrained-3")
     b = load_encoder("crossthought", backbone=tiny, weights="untrained-3")
@@ -272,7 +278,7 @@ def test_the_untrained_start_loads_by_name_and_is_the_seeded_model_training_begi
 @pytest.fixture()
 def sharded(tiny, ct_dir, tmp_path):
     """(encoder, one-sentence documents, a 3-shard index of them)."""
-    encoder = load_encoder("crossthought", backbone=tiny, weights=str(ct_dir[0]))
+    encoder = load_encoder("crossthought", backbone=tiny, weights=str(ct_dir[0]), words=0)
     docs = [Document(f"d{i}", s, sentences=((0, len(s)),)) for i, s in enumerate(TEXT.split(". "))]
     IndexWriter(tmp_path / "idx", encoder, shard_docs=2).build(docs)
     return encoder, docs, tmp_path / "idx"

@@ -28,7 +28,7 @@ def test_crossthought_index_stores_one_unit_per_short_sequence_and_finds_the_par
         pieces = [t for p in mine for t in minilm.tokenizer(p.text, add_special_tokens=False)["input_ids"]]
         assert pieces == minilm.tokenizer(d.text, add_special_tokens=False)["input_ids"]
         assert all(len(minilm.tokenizer(p.text, add_special_tokens=False)["input_ids"]) <= 64 for p in mine)
-    assert encoder.dim == 5 * 384 and encoder.attention_blocks == 5 * 12
+    assert encoder.dim == 6 * 384 and encoder.attention_blocks == 0
     found = found_sentence = 0
     with Searcher.load(out, encoder=encoder) as searcher:
         for target in docs[:20]:
@@ -37,21 +37,56 @@ def test_crossthought_index_stores_one_unit_per_short_sequence_and_finds_the_par
             for h in hits:
                 assert all(u.kind == Kind.SLOT for u in h.units)
                 assert all(0 <= a < b <= len(h.sentence_text) for a, b in h.spans)
-                assert 0 < h.score <= 1  # an attention weight
+                assert -2 <= h.score <= 2  # two cosines
             sentences = searcher.search(target.sentence_text(0), k=3, level="sentence")
             found_sentence += (sentences[0].doc_id, sentences[0].sentence_index) == (target.id, 0)
         pool = [d.id for d in docs[10:20]]
         (within,) = searcher.search_batch([docs[12].sentence_text(0)], k=20, within=[pool])
         assert {h.doc_id for h in within} <= set(pool) and within[0].doc_id == docs[12].id
-        # Over the pool's sequences the attention weights of each doc's best sequence sum to at most 1.
-        assert sum(h.score for h in within) <= 1 + 1e-5
     # A paragraph's own first sentence, among 60 paragraphs on 6 topics
     # (the shipped weights find 17 of 20 at both levels).
     assert found >= 14 and found_sentence >= 12
 
 
+def test_a_sequence_vector_is_its_slots_and_singles_vector_of_the_same_sequence(encoder, minilm, hotpot_docs):
+    """The default vector: the slot part of `words=0`, scaled to unit length,
+    then exactly what `single` gives the same sequence; a query's inner
+    product with it is the slots' cosine plus the means' cosine."""
+    slots_alone = load_encoder("crossthought", backbone=minilm, words=0)
+    single = load_encoder("single", backbone=minilm)
+    doc = next(d for d in hotpot_docs if len(encoder.passages(d)) >= 2)
+    passages = encoder.passages(doc)
+    both = np.concatenate([e.vectors for e in encoder.encode(passages)])
+    alone = np.concatenate([e.vectors for e in slots_alone.encode(passages)])
+    mean = np.concatenate([e.vectors for e in single.encode(passages)])
+    assert both.shape == (len(passages), 6 * 384)
+    assert np.allclose(both[:, :1920], alone / np.linalg.norm(alone, axis=1, keepdims=True), atol=1e-5)
+    assert np.allclose(both[:, 1920:], mean, atol=1e-5)
+    query = "Which city hosted the 1936 Summer Olympics?"
+    (q,), (q_alone,), (q_mean,) = (e.encode_queries([query]) for e in (encoder, slots_alone, single))
+    cos = (q_alone.vectors / np.linalg.norm(q_alone.vectors)) @ (alone / np.linalg.norm(alone, axis=1, keepdims=True)).T
+    assert np.allclose(q.vectors @ both.T, cos + q_mean.vectors @ mean.T, atol=1e-4)
+
+
+def test_an_index_of_slots_alone_from_before_words_reopens_as_it_was_built(minilm, hotpot_docs, tmp_path):
+    """A manifest that predates `words` stored the slots alone: it reopens
+    with words=0 (attention scoring), and a default build refuses to resume it."""
+    import json
+
+    out = tmp_path / "old"
+    IndexWriter(out, load_encoder("crossthought", backbone=minilm, words=0)).build(hotpot_docs[:4])
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["encoder"]["words"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with Searcher.load(out) as searcher:
+        assert not searcher.encoder.words and searcher.encoder.attention_blocks == 5 * 12
+        assert 0 < searcher.search(hotpot_docs[0].sentence_text(0), k=1)[0].score <= 1  # an attention weight
+    with pytest.raises(ValueError, match="other encoder"):
+        IndexWriter(out, load_encoder("crossthought", backbone=minilm)).build(hotpot_docs[:4])
+
+
 def test_control_weights_score_by_slot_cosine(minilm):
-    control = load_encoder("crossthought", backbone=minilm, weights="crossthought-mlm-1")
+    control = load_encoder("crossthought", backbone=minilm, weights="crossthought-mlm-1", words=0)
     assert control.attention_blocks == 0 and control.dim == 384
     (e,) = control.encode_queries(["Which city hosted the 1936 Summer Olympics?"])
     assert np.allclose(np.linalg.norm(e.vectors, axis=1), 1, atol=1e-5)
