@@ -56,7 +56,7 @@ from .single import passage_mean
 from .units import Document, Encoded, Kind, Passage
 
 SEQUENCE_TOKENS = 64
-DEFAULT_WEIGHTS = "crossthought-5"
+DEFAULT_WEIGHTS = "crossthought-3"
 # The weights of the inline LoRA design, shipped under these names before the frozen reader.
 LEGACY_PREFIX = "crossthought-lora-"
 

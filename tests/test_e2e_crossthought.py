@@ -20,7 +20,7 @@ def test_crossthought_index_stores_one_unit_per_short_sequence_and_finds_the_par
     docs = hotpot_docs[:60]
     out = tmp_path / "ct"
     manifest = IndexWriter(out, encoder).build(docs)
-    assert manifest["encoder"]["name"] == "crossthought" and manifest["encoder"]["weights"] == "crossthought-5"
+    assert manifest["encoder"]["name"] == "crossthought" and manifest["encoder"]["weights"] == "crossthought-3"
     sequences = [p for d in docs for p in encoder.passages(d)]
     assert manifest["counts"]["vectors"] == len(sequences) > len(docs)
     for d in docs:
@@ -28,7 +28,7 @@ def test_crossthought_index_stores_one_unit_per_short_sequence_and_finds_the_par
         pieces = [t for p in mine for t in minilm.tokenizer(p.text, add_special_tokens=False)["input_ids"]]
         assert pieces == minilm.tokenizer(d.text, add_special_tokens=False)["input_ids"]
         assert all(len(minilm.tokenizer(p.text, add_special_tokens=False)["input_ids"]) <= 64 for p in mine)
-    assert encoder.dim == 6 * 384 and encoder.attention_blocks == 0
+    assert encoder.dim == 4 * 384 and encoder.attention_blocks == 0
     found = found_sentence = 0
     with Searcher.load(out, encoder=encoder) as searcher:
         for target in docs[:20]:
@@ -59,9 +59,9 @@ def test_a_sequence_vector_is_its_slots_and_singles_vector_of_the_same_sequence(
     both = np.concatenate([e.vectors for e in encoder.encode(passages)])
     alone = np.concatenate([e.vectors for e in slots_alone.encode(passages)])
     mean = np.concatenate([e.vectors for e in single.encode(passages)])
-    assert both.shape == (len(passages), 6 * 384)
-    assert np.allclose(both[:, :1920], alone / np.linalg.norm(alone, axis=1, keepdims=True), atol=1e-5)
-    assert np.allclose(both[:, 1920:], mean, atol=1e-5)
+    assert both.shape == (len(passages), 4 * 384)
+    assert np.allclose(both[:, :1152], alone / np.linalg.norm(alone, axis=1, keepdims=True), atol=1e-5)
+    assert np.allclose(both[:, 1152:], mean, atol=1e-5)
     query = "Which city hosted the 1936 Summer Olympics?"
     (q,), (q_alone,), (q_mean,) = (e.encode_queries([query]) for e in (encoder, slots_alone, single))
     cos = (q_alone.vectors / np.linalg.norm(q_alone.vectors)) @ (alone / np.linalg.norm(alone, axis=1, keepdims=True)).T
@@ -79,7 +79,7 @@ def test_an_index_of_slots_alone_from_before_words_reopens_as_it_was_built(minil
     del manifest["encoder"]["words"]
     (out / "manifest.json").write_text(json.dumps(manifest))
     with Searcher.load(out) as searcher:
-        assert not searcher.encoder.words and searcher.encoder.attention_blocks == 5 * 12
+        assert not searcher.encoder.words and searcher.encoder.attention_blocks == 3 * 12
         assert 0 < searcher.search(hotpot_docs[0].sentence_text(0), k=1)[0].score <= 1  # an attention weight
     with pytest.raises(ValueError, match="other encoder"):
         IndexWriter(out, load_encoder("crossthought", backbone=minilm)).build(hotpot_docs[:4])
@@ -111,7 +111,7 @@ def test_slots_read_their_own_sequence_and_leave_the_backbone_states_untouched(m
             assert torch.allclose(own[0], slots[i], atol=1e-4)
     real = together["attention_mask"].bool()
     assert torch.allclose(words[real], plain[real], atol=1e-5)
-    assert slots.shape == (3, 5, 384)
+    assert slots.shape == (3, 3, 384)
 
 
 def test_an_index_built_with_the_inline_lora_weights_reopens_with_them(minilm):
