@@ -50,7 +50,7 @@ from torch import nn
 from . import flag, weights_path
 from .adapters import adapter_stages, layer_stack, merged_stages
 from .backbone import Backbone
-from .base import Encoder, SentenceLocator, TokenStates, _n_specials, l2_normalize
+from .base import Encoder, SentenceLocator, TokenStates, _n_specials
 from .provenance import read_weights, recorded_weights, verified_sha256
 from .single import passage_mean
 from .units import Document, Encoded, Kind, Passage
@@ -450,7 +450,7 @@ class CrossThoughtEncoder(Encoder):
 
     @property
     def dim(self) -> int:
-        return (self.ct.n_slots + self.words) * self.backbone.dim
+        return (self.ct.n_slots + (1 if self.words else 0)) * self.backbone.dim
 
     @property
     def attention_blocks(self) -> int:
@@ -489,6 +489,8 @@ class CrossThoughtEncoder(Encoder):
         vector = self.vectors(tokens.slots[None], query=query)
         if self.words:
             mean, _ = passage_mean(passage, tokens)
+            if mean is None:  # nothing pooled: the words add nothing to any score
+                mean = np.zeros((1, self.backbone.dim), np.float32)
             # Two unit-length halves: their inner product is the sum of two cosines.
-            vector = np.concatenate([l2_normalize(torch.from_numpy(vector)), np.zeros_like(vector[:, : self.backbone.dim]) if mean is None else mean], 1)
+            vector = np.concatenate([vector / np.linalg.norm(vector, axis=1, keepdims=True), mean], 1)
         return Encoded(vector, [unit])
