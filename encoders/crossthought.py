@@ -41,7 +41,7 @@ from __future__ import annotations
 import bisect
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -420,7 +420,7 @@ class CrossThoughtEncoder(Encoder):
     name = "crossthought"
     kind = Kind.SLOT
     # Indexes from before `words` existed stored the slots alone.
-    legacy_options = {"words": False}
+    legacy_options: ClassVar[dict[str, Any]] = {"words": False}
 
     def __init__(self, backbone: Backbone, batch_size: int = 32, weights: str = DEFAULT_WEIGHTS,
                  weights_sha256: str | None = None, score: str = "alpha", words: bool | str = True) -> None:
