@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from propdex.encoders import Document, flag, load_encoder
+from propdex.encoders import Document, flag, load_encoder, recorded_config
 from propdex.encoders.spec import split_spec
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.lexical import BM25, document_text
-from propdex.indexer.manifest import library_versions
+from propdex.indexer.manifest import library_versions, read_manifest
 from propdex.retriever import Searcher
 
 from . import metrics
@@ -193,7 +193,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     key = hashlib.sha256("\n".join(f"{d.id}\t{d.text}\t{d.focus}" for d in corpus).encode()).hexdigest()[:12]
     # Search-time options (nprobe) do not change the index: reuse it.
     index_label = ":".join([system.name, *(f"{k}={v}" for k, v in system.options.items() if k not in SEARCH_OPTIONS)])
-    out = work / f"{_slug(task.name.split('[')[0])}-{key}" / _slug(index_label)
+    out = cached_index_dir(work / f"{_slug(task.name.split('[')[0])}-{key}", _slug(index_label), encoder)
     writer = IndexWriter(
         out, encoder, shard_docs=10_000, factory=system.options.get("factory"),
         backend=system.options.get("backend", "faiss"), inputs={"task": task.name, "corpus_sha256": key},
@@ -234,6 +234,19 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
         "backbone_sha256": manifest["backbone"]["weights_sha256"],
         "index_dir": str(out),
     })
+
+
+def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder") -> Path:
+    """Where eval keeps a system's index over one corpus: named for the
+    system's spec, or, when the index there was built by what the spec meant
+    before (a default that has moved on, new weights under a name), for the
+    spec and its encoder's config, so the old index is neither reused nor
+    in the way."""
+    out = corpus_dir / label
+    if (out / "manifest.json").is_file() and recorded_config(read_manifest(out)["encoder"]) != encoder.config():
+        digest = hashlib.sha256(json.dumps(encoder.config(), sort_keys=True).encode()).hexdigest()[:8]
+        out = corpus_dir / f"{label}-{digest}"
+    return out
 
 
 def bm25_pools(task: Task, n: int, titles: bool = True) -> dict[str, list[str]]:

@@ -92,3 +92,21 @@ def test_second_hop_spec_adds_documents_the_question_does_not_name():
         evaluate("hotpotqa", str(HOTPOT), ["bm25:hops=3"], limit=5)
     with pytest.raises(ValueError, match="fusion= needs systems"):
         evaluate("hotpotqa", str(HOTPOT), ["bm25:fusion=minmax"], limit=5)
+
+
+def test_cached_index_whose_spec_changed_meaning_is_neither_reused_nor_in_the_way(tmp_path, tiny, hotpot_docs):
+    from propdex.encoders import load_encoder
+    from propdex.indexer.build import IndexWriter
+    from propdex.eval.run import cached_index_dir
+
+    untitled = load_encoder("single", backbone=tiny, title=False)
+    first = cached_index_dir(tmp_path, "single", untitled)
+    assert first == tmp_path / "single"
+    IndexWriter(first, untitled).build(hotpot_docs[:3])
+    assert cached_index_dir(tmp_path, "single", load_encoder("single", backbone=tiny, title=False)) == first
+    # The same label now means another encoder (titles on): a directory of its own, built without error.
+    titled = load_encoder("single", backbone=tiny)
+    moved = cached_index_dir(tmp_path, "single", titled)
+    assert moved != first and moved.parent == tmp_path and moved.name.startswith("single-")
+    IndexWriter(moved, titled).build(hotpot_docs[:3])
+    assert cached_index_dir(tmp_path, "single", titled) == moved
