@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from .spec import EncoderSpec
 
 DEFAULT_BACKBONE = "sentence-transformers/all-MiniLM-L6-v2"
+# What runs the frozen backbone's forward pass (encoders/runtime.py).
+RUNTIMES = ("torch", "onnx", "onnx-int8")
 # Trained heads shipped with the package: weights/<name>/{model.safetensors,config.json}.
 WEIGHTS = Path(__file__).resolve().parent / "weights"
 
@@ -50,12 +52,14 @@ def load_encoder(
     backbone: "str | Backbone" = DEFAULT_BACKBONE,
     device: str = "auto",
     batch_size: int = 32,
+    runtime: str = "torch",
     **options: Any,
 ) -> "Encoder":
     """The encoder `name` names (`tokens`, `proposition:dims=64`, an
     EncoderSpec) on `backbone` (a hub name, a local path or a loaded
     Backbone); `options` add to the spec's. Options are typed and checked by
-    EncoderSpec: text values convert to the types the encoder declares."""
+    EncoderSpec: text values convert to the types the encoder declares.
+    `runtime` (torch, onnx, onnx-int8) runs a backbone loaded here."""
     from .backbone import Backbone
     from .spec import EncoderSpec
 
@@ -68,7 +72,7 @@ def load_encoder(
     title = options.pop("title", True)
     batch_size = options.pop("batch_size", batch_size)
     if not isinstance(backbone, Backbone):
-        backbone = Backbone.load(backbone, device=device, max_length=max_length)
+        backbone = Backbone.load(backbone, device=device, max_length=max_length, runtime=runtime)
     encoder = cls(backbone, batch_size=batch_size, **options)
     encoder.title = title
     return encoder
@@ -94,7 +98,7 @@ def recorded_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def encoder_from_config(
-    config: dict[str, Any], device: str = "auto", backbone: "Backbone | None" = None
+    config: dict[str, Any], device: str = "auto", backbone: "Backbone | None" = None, runtime: str = "torch"
 ) -> "Encoder":
     """Rebuild the encoder an index was made with, from its manifest entry
     (on `backbone` when one is already loaded)."""
@@ -104,7 +108,7 @@ def encoder_from_config(
 
         # The index was built with this backbone, so it is on this machine or
         # nowhere: never wait on the network for it.
-        backbone = Backbone.load(config["backbone"], device=device, max_length=options.get("max_length"), local_only=True)
+        backbone = Backbone.load(config["backbone"], device=device, max_length=options.get("max_length"), local_only=True, runtime=runtime)
     return load_encoder(config["name"], backbone=backbone, device=device, **options)
 
 

@@ -19,6 +19,7 @@ import transformers
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
 from . import DEFAULT_BACKBONE
+from .runtime import OnnxSession, check_runtime
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +68,18 @@ class Backbone:
     # variants) when set to a dict: eval runs many systems on one corpus.
     state_cache: dict | None = None
     state_cache_hits: int = 0
+    # What runs the frozen forward pass (encoders/runtime.py): torch, onnx or onnx-int8.
+    runtime: str = "torch"
 
     @classmethod
     def load(cls, name: str = DEFAULT_BACKBONE, device: str = "auto", max_length: int | None = None,
-             local_only: bool = False) -> "Backbone":
+             local_only: bool = False, runtime: str = "torch") -> "Backbone":
         """`name`: a local directory or a hub name (from the cache first; from
-        the hub only when `local_only` is off and the cache lacks it)."""
+        the hub only when `local_only` is off and the cache lacks it).
+        `runtime`: what runs the frozen forward pass on a CPU (encoders/runtime.py)."""
         source = resolve_backbone(name)
         dev = pick_device(device)
+        check_runtime(runtime, dev)
         transformers.utils.logging.disable_progress_bar()  # one bar per build is ours to show
         try:
             tokenizer, model = _from_pretrained(str(source), local_only=True)
@@ -95,7 +100,14 @@ class Backbone:
             dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
             model = model.to(dtype)
         model = model.to(dev).eval()
-        return cls(name, model, tokenizer, dev, max_length or _default_max_length(source, tokenizer, model), str(source))
+        return cls(name, model, tokenizer, dev, max_length or _default_max_length(source, tokenizer, model), str(source), runtime=runtime)
+
+    @cached_property
+    def session(self) -> "OnnxSession":
+        """The ONNX Runtime session of a backbone whose runtime is not torch (made on first use)."""
+        if self.runtime == "torch":
+            raise ValueError("this backbone runs in torch; it has no ONNX session")
+        return OnnxSession(self, int8=self.runtime == "onnx-int8")
 
     @property
     def dim(self) -> int:

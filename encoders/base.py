@@ -243,6 +243,9 @@ def hidden_states(backbone: Backbone, enc: Any, layers: Sequence[int] | None = N
     """(batch, length, dim * len(layers)) states of a tokenized batch, from
     `model` (default: the backbone's)."""
     model = model or backbone.model
+    if backbone.runtime != "torch" and model is backbone.model:
+        every = range(backbone.model.config.num_hidden_layers + 1)
+        return backbone.session.states(enc, [every[-1]] if layers is None else [every[i] for i in layers])
     inputs = {k: v.to(backbone.device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
     if layers is None:
         return model(**inputs).last_hidden_state

@@ -8,6 +8,9 @@
    latency p50/p95, and stage-1 recall of the (PQ) index against exact
    nearest-neighbour search over the stored vectors.
 4. Peak memory of the build (recorded in its manifest) and of search.
+5. The CPU runtimes (`--runtime torch|onnx|onnx-int8`): docs/s of the
+   whole `single` indexing pipeline on the same documents, each against
+   eager torch, and how far each runtime's vectors are from torch's.
 """
 from __future__ import annotations
 
@@ -41,12 +44,7 @@ def throughput(corpus: Path, n_docs: int, backbone: "Backbone", encoder_name: st
     import torch
 
     encoder = load_encoder(encoder_name, backbone=backbone)
-    docs = []
-    for record in read_corpus([corpus]):
-        if hasattr(record, "text"):
-            docs.append(record)
-            if len(docs) == n_docs:
-                break
+    docs = _docs(corpus, n_docs)
     passages = [p for d in docs for p in encoder.passages(d)]
     texts = sorted((p.text for p in passages), key=len)
     batches = [texts[i : i + encoder.batch_size] for i in range(0, len(texts), encoder.batch_size)]
@@ -128,6 +126,45 @@ def latency_and_recall(index: Path, queries: list[str], backbone: "Backbone", re
     }
 
 
+def _docs(corpus: Path, n_docs: int) -> list:
+    docs = []
+    for record in read_corpus([corpus]):
+        if hasattr(record, "text"):
+            docs.append(record)
+            if len(docs) == n_docs:
+                break
+    return docs
+
+
+def runtimes(corpus: Path, n_docs: int, names: list[str], encoder_name: str = "single") -> dict[str, Any]:
+    """Indexing docs/s of each runtime over the same documents, one after the
+    other in this process, and its vectors' cosine to eager torch's."""
+    from propdex.encoders.backbone import Backbone
+
+    docs = _docs(corpus, n_docs)
+    out: dict[str, Any] = {"docs": len(docs), "encoder": encoder_name}
+    reference = None
+    for name in ["torch", *[n for n in names if n != "torch"]]:
+        backbone = Backbone.load(device="cpu", runtime=name)
+        encoder = load_encoder(encoder_name, backbone=backbone)
+        passages = [p for d in docs[:8] for p in encoder.passages(d)]
+        encoder.encode(passages)  # export (once per machine), session and kernels warm
+        with tempfile.TemporaryDirectory() as tmp:
+            started = time.perf_counter()
+            IndexWriter(Path(tmp) / "ix", encoder, shard_docs=len(docs) + 1, factory="Flat", bm25=False).build(docs)
+            seconds = time.perf_counter() - started
+            with Searcher.load(Path(tmp) / "ix", encoder=encoder) as searcher:
+                vectors = np.concatenate([searcher.shards[0].store.vectors([i])[0][0] for i in range(len(docs))]).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        reference = vectors if reference is None else reference
+        cosine = (vectors * reference).sum(1)
+        out[name] = {"seconds": round(seconds, 2), "docs_per_s": round(len(docs) / seconds, 2),
+                     "speedup": round(out["torch"]["seconds"] / seconds, 3) if name != "torch" else 1.0,
+                     "cosine_to_torch_min": round(float(cosine.min()), 5), "cosine_to_torch_mean": round(float(cosine.mean()), 5)}
+        log.info("runtime %s: %.1f docs/s", name, len(docs) / seconds)
+    return out
+
+
 def add_commands(sub) -> None:
     p = sub.add_parser("bench", help="performance figures on real data", description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", type=Path, default=Path("../shared/data/beir/scifact"), help="BEIR folder (corpus.jsonl, queries.jsonl)")
@@ -135,8 +172,14 @@ def add_commands(sub) -> None:
     p.add_argument("--throughput-docs", type=int, default=300)
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--recall-queries", type=int, default=50)
+    p.add_argument("--runtimes", default="torch,onnx,onnx-int8", help="CPU runtimes to compare with eager torch (needs the [onnx] extra)")
+    p.add_argument("--runtime-docs", type=int, default=500)
+    p.add_argument("--sections", default=",".join(SECTIONS), help=f"which figures to measure (default all: {','.join(SECTIONS)})")
     p.add_argument("--out", type=Path, help="write the JSON here")
     p.set_defaults(run=_run)
+
+
+SECTIONS = ("search", "size", "throughput", "runtimes")
 
 
 def _run(args) -> int:
@@ -144,20 +187,28 @@ def _run(args) -> int:
 
     from propdex.encoders.backbone import Backbone
 
+    sections = [s for s in args.sections.split(",") if s]
+    if unknown := set(sections) - set(SECTIONS):
+        raise ValueError(f"unknown bench sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
     backbone = Backbone.load(device="cpu")
     index = args.index
-    if index is None:
+    if index is None and {"search", "size"} & set(sections):
         index = Path("runs/bench/scifact-tokens")
         encoder = load_encoder("tokens", backbone=backbone)
         IndexWriter(index, encoder, inputs={"paths": [str(args.corpus.resolve())]}).build(read_corpus([args.corpus]))
     queries = list(beir_queries(args.corpus / "queries.jsonl").values())[: args.queries]
-    result = {
+    result: dict[str, Any] = {
         "command": "propdex " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "versions": library_versions(), "cpu_threads": torch.get_num_threads(),
-        "search": latency_and_recall(index, queries, backbone, args.recall_queries),
-        "size": sizes(index),
-        "throughput": throughput(args.corpus, args.throughput_docs, backbone),
     }
+    if "search" in sections:
+        result["search"] = latency_and_recall(index, queries, backbone, args.recall_queries)
+    if "size" in sections:
+        result["size"] = sizes(index)
+    if "throughput" in sections:
+        result["throughput"] = throughput(args.corpus, args.throughput_docs, backbone)
+    if "runtimes" in sections:
+        result["runtimes"] = runtimes(args.corpus, args.runtime_docs, [r for r in args.runtimes.split(",") if r])
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -181,7 +181,7 @@ def fuse_outcomes(parts: Sequence[Outcome], method: str, depth: int) -> Outcome:
 def system_encoder(system: System, backbone: "Backbone") -> "Encoder":
     """The encoder a system spec names, with its encoder options (index and
     search options stay out)."""
-    options: dict[str, Any] = {k: v for k, v in system.options.items() if k not in ("mask", "factory", "backend", *SEARCH_OPTIONS)}
+    options: dict[str, Any] = {k: v for k, v in system.options.items() if k not in ("mask", "factory", "backend", "runtime", *SEARCH_OPTIONS)}
     if "keep_punct" in options:
         options["drop_punct"] = options.pop("keep_punct") not in ("1", "true", "yes")
     return load_encoder(system.name, backbone=backbone, **options)
@@ -312,7 +312,7 @@ def evaluate(
     task = load_task(task_name, path, limit)
     level = level or DEFAULT_LEVEL[task_name]
     depth = PROPSEGMENT_DEPTH if task.prop_text else 100
-    backbone = None
+    backbones: dict[str, "Backbone"] = {}  # by runtime
     result: dict[str, Any] = {
         "task": task.name, "level": level, "command": command, "versions": {**library_versions(), "git": _git_head()},
         "data": task.info, "systems": {},
@@ -321,7 +321,6 @@ def evaluate(
     hop_index: _LexicalIndex | None = None  # the second hop's BM25, built once for every hops=2 system
 
     def run(spec: str) -> Outcome:
-        nonlocal backbone
         if spec not in outcomes:
             system = System.parse(spec)
             log.info("system %s on %s (%d docs, %d queries)", spec, task.name, len(task.corpus), len(task.queries))
@@ -330,10 +329,11 @@ def evaluate(
             else:
                 from propdex.encoders.backbone import Backbone
 
-                if backbone is None:
-                    backbone = Backbone.load(device=device)
-                    backbone.state_cache = {}  # systems on the same backbone states encode the corpus once
-                outcomes[spec] = run_encoder(task, system, level, depth, work, backbone)
+                runtime = system.options.get("runtime", "torch")
+                if runtime not in backbones:
+                    backbones[runtime] = Backbone.load(device=device, runtime=runtime)
+                    backbones[runtime].state_cache = {}  # systems on the same backbone states encode the corpus once
+                outcomes[spec] = run_encoder(task, system, level, depth, work, backbones[runtime])
         return outcomes[spec]
 
     for spec in systems:

@@ -110,6 +110,7 @@ class IndexWriter:
                 "name": self.encoder.backbone.name,
                 "source": self.encoder.backbone.source,
                 "weights_sha256": self.encoder.backbone.weights_hash,
+                "runtime": self.encoder.backbone.runtime,
             },
             "settings": self.settings,
             "inputs": self.inputs,

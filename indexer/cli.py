@@ -6,7 +6,7 @@ import json
 import logging
 from pathlib import Path
 
-from propdex.encoders import DEFAULT_BACKBONE, ENCODERS, load_encoder
+from propdex.encoders import DEFAULT_BACKBONE, ENCODERS, RUNTIMES, load_encoder
 from propdex.encoders.spec import EncoderSpec
 
 from . import ann
@@ -49,6 +49,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", default="faiss", choices=ann.BACKENDS, help="stage-1 ANN library")
     p.add_argument("--backbone", default=DEFAULT_BACKBONE, help="Hugging Face model name or local directory")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    p.add_argument("--runtime", default="torch", choices=RUNTIMES,
+                   help="what runs the backbone on a CPU: torch, or ONNX Runtime (extra [onnx]; onnx-int8: int8 weights, fastest)")
     p.add_argument("--batch-size", type=int, default=32)
     for flag, kind, _, _ in _LEGACY:
         p.add_argument(flag, help=argparse.SUPPRESS, **kind)
@@ -136,7 +138,7 @@ def run_index(args: argparse.Namespace) -> int:
         if value not in (None, False) and spec.name == name:
             legacy[option] = False if flag == "--keep-punct" else value
     spec = EncoderSpec(spec.name, {**legacy, **spec.options, **({"title": False} if args.no_title else {})})
-    encoder = load_encoder(spec, backbone=args.backbone, device=args.device, batch_size=args.batch_size)
+    encoder = load_encoder(spec, backbone=args.backbone, device=args.device, batch_size=args.batch_size, runtime=args.runtime)
     records = read_corpus(args.inputs, args.format)  # checks the paths first
     inputs = {"paths": [str(Path(p).resolve()) for p in args.inputs], "format": args.format, "limit": args.limit,
               "files": fingerprint(args.inputs, args.format)}

@@ -5,6 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
+from propdex.encoders import RUNTIMES
 from propdex.indexer import integrity
 from propdex.indexer.manifest import read_manifest
 
@@ -31,6 +32,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "else text); repeat to require several")
     p.add_argument("--threads", type=int, help="FAISS and torch threads (default: theirs, one per core)")
     p.add_argument("--device", default="auto")
+    p.add_argument("--runtime", default="torch", choices=RUNTIMES, help="what runs the query encoder's backbone on a CPU")
     p.set_defaults(run=run_search)
 
     p = sub.add_parser("info", help="print an index's manifest summary as JSON")
@@ -51,7 +53,7 @@ def run_search(args: argparse.Namespace) -> int:
         args.query.encode("utf-8")
     except UnicodeEncodeError:  # argv bytes that are not UTF-8 arrive as lone surrogates
         raise ValueError("the query is not valid UTF-8") from None
-    with Searcher.load(args.index, device=args.device, nprobe=args.nprobe, threads=args.threads) as searcher:
+    with Searcher.load(args.index, device=args.device, nprobe=args.nprobe, threads=args.threads, runtime=args.runtime) as searcher:
         hits = searcher.search(args.query, k=args.k, level=args.level, candidates=args.candidates, rerank=args.rerank,
                                hybrid=args.hybrid, bm25=args.bm25, hops=args.hops, where=dict(args.where) or None)
     if args.json:

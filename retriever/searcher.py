@@ -128,18 +128,19 @@ class Searcher:
     @classmethod
     def load(
         cls, path: str | Path, *, device: str = "auto", encoder: "Encoder | None" = None, nprobe: int = 32, mmap: bool = False,
-        threads: int | None = None,
+        threads: int | None = None, runtime: str = "torch",
     ) -> "Searcher":
         """The index at `path`, ready to search. `threads` sets the process's
         FAISS and torch threads (both are process-wide): 1 where many
-        searches run at once (a server), the core count for one at a time."""
+        searches run at once (a server), the core count for one at a time.
+        `runtime` runs the query encoder's backbone (torch, onnx, onnx-int8)."""
         path = Path(path)
         if threads is not None:
             set_threads(threads)
         for attempt in range(3):
             manifest = read_manifest(path)
             try:
-                return cls._open(path, manifest, device, encoder, nprobe, mmap)
+                return cls._open(path, manifest, device, encoder, nprobe, mmap, runtime)
             except (ValueError, OSError, lmdb.Error):
                 # A writer committed while this reader opened the files of the
                 # commit before, and removed some: open the new commit instead.
@@ -148,7 +149,8 @@ class Searcher:
         raise AssertionError("unreachable")
 
     @classmethod
-    def _open(cls, path: Path, manifest: dict[str, Any], device: str, encoder: "Encoder | None", nprobe: int, mmap: bool) -> "Searcher":
+    def _open(cls, path: Path, manifest: dict[str, Any], device: str, encoder: "Encoder | None", nprobe: int, mmap: bool,
+              runtime: str = "torch") -> "Searcher":
         problems = integrity.check(path, manifest)
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -156,7 +158,7 @@ class Searcher:
         if manifest["status"] != "complete":
             log.warning("index %s is not complete (%s): searching its finished shards only; re-run the build to finish it", path, manifest["status"])
         if encoder is None:
-            encoder = encoder_from_config(manifest["encoder"], device=device)
+            encoder = encoder_from_config(manifest["encoder"], device=device, runtime=runtime)
         if encoder.config() != recorded_config(manifest["encoder"]):
             raise ValueError(f"encoder {encoder.config()} does not match the index's {manifest['encoder']}")
         if encoder.backbone.weights_hash != manifest["backbone"]["weights_sha256"]:
