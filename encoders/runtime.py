@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-ROWS = 8  # rows per ONNX Runtime call
+ROWS = 8  # rows per ONNX Runtime call (float32)
 
 
 def check_runtime(runtime: str, device: torch.device) -> str:
@@ -148,22 +148,25 @@ class OnnxSession:
         # Python: idle threads that spin would take the cores those need.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.path = export(backbone, int8)
+        self.rows = 1 if int8 else ROWS
         self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
 
     def states(self, inputs: dict[str, Any], layers: list[int]) -> torch.Tensor:
         """(batch, length, dim * len(layers)): the layers' states side by side.
 
-        Rows go through in chunks of `ROWS`, each cut to its own longest
-        row: on a CPU, int8 kernels run fastest on small batches (measured
-        in `propdex bench --sections runtimes`), and cut padding is work
-        not done. Padded positions come back as zeros."""
+        Rows go through in chunks, each cut to its own longest row: on a
+        CPU small batches run fastest (`propdex bench --sections runtimes`),
+        and cut padding is work not done. int8 goes one row at a time:
+        dynamic quantisation scales activations per call, so a larger call
+        would make a text's vector depend on the texts batched with it.
+        Padded positions come back as zeros."""
         feed = {k: np.ascontiguousarray(inputs[k].cpu().numpy(), dtype=np.int64) if k in inputs
                 else np.zeros(tuple(inputs["input_ids"].shape), np.int64) for k in _INPUTS}
         batch, length = feed["input_ids"].shape
         lengths = feed["attention_mask"].sum(1)
         out = None
-        for start in range(0, batch, ROWS):
-            rows = slice(start, start + ROWS)
+        for start in range(0, batch, self.rows):
+            rows = slice(start, start + self.rows)
             n = max(int(lengths[rows].max()), 1)
             every = self.session.run(None, {k: v[rows, :n] for k, v in feed.items()})[0]
             part = np.concatenate([every[i] for i in layers], axis=-1)

@@ -60,6 +60,14 @@ def test_int8_vectors_stay_close_to_torch_and_rank_the_same(minilm, int8, hotpot
     assert ((got @ want.T).argmax(1) == np.arange(len(want))).all()
 
 
+def test_int8_vector_of_a_text_does_not_depend_on_its_batch(int8, hotpot_docs):
+    encoder = load_encoder("single", backbone=int8)
+    passages = [p for d in hotpot_docs[:12] for p in encoder.passages(d)]
+    together = encoder.encode(passages)
+    alone = encoder.encode(passages[3:4])
+    assert np.array_equal(together[3].vectors, alone[0].vectors)
+
+
 def test_export_leaves_the_torch_model_as_it_was(cache, hotpot_docs, tmp_path, monkeypatch):
     """The same Backbone object still runs torch for adapted and trained models after exporting."""
     monkeypatch.setenv("PROPDEX_CACHE", str(tmp_path))
