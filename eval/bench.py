@@ -136,32 +136,40 @@ def _docs(corpus: Path, n_docs: int) -> list:
     return docs
 
 
-def runtimes(corpus: Path, n_docs: int, names: list[str], encoder_name: str = "single") -> dict[str, Any]:
-    """Indexing docs/s of each runtime over the same documents, one after the
-    other in this process, and its vectors' cosine to eager torch's."""
+def runtimes(corpus: Path, n_docs: int, names: list[str], repeats: int = 3, encoder_name: str = "single") -> dict[str, Any]:
+    """Indexing docs/s of each runtime over the same documents, and its
+    vectors' cosine to eager torch's. The runtimes take turns, `repeats`
+    rounds of one build each, and each is credited with its median: on a
+    shared machine the speed of the cores drifts within minutes, and
+    alternating spreads that drift over all of them alike."""
     from propdex.encoders.backbone import Backbone
 
     docs = _docs(corpus, n_docs)
-    out: dict[str, Any] = {"docs": len(docs), "encoder": encoder_name}
-    reference = None
-    for name in ["torch", *[n for n in names if n != "torch"]]:
-        backbone = Backbone.load(device="cpu", runtime=name)
-        encoder = load_encoder(encoder_name, backbone=backbone)
-        passages = [p for d in docs[:8] for p in encoder.passages(d)]
-        encoder.encode(passages)  # export (once per machine), session and kernels warm
-        with tempfile.TemporaryDirectory() as tmp:
-            started = time.perf_counter()
-            IndexWriter(Path(tmp) / "ix", encoder, shard_docs=len(docs) + 1, factory="Flat", bm25=False).build(docs)
-            seconds = time.perf_counter() - started
-            with Searcher.load(Path(tmp) / "ix", encoder=encoder) as searcher:
-                vectors = np.concatenate([searcher.shards[0].store.vectors([i])[0][0] for i in range(len(docs))]).astype(np.float32)
-        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        reference = vectors if reference is None else reference
-        cosine = (vectors * reference).sum(1)
-        out[name] = {"seconds": round(seconds, 2), "docs_per_s": round(len(docs) / seconds, 2),
-                     "speedup": round(out["torch"]["seconds"] / seconds, 3) if name != "torch" else 1.0,
+    names = ["torch", *[n for n in names if n != "torch"]]
+    encoders = {}
+    for name in names:
+        encoder = load_encoder(encoder_name, backbone=Backbone.load(device="cpu", runtime=name))
+        encoder.encode([p for d in docs[:8] for p in encoder.passages(d)])  # export (once per machine), session and kernels warm
+        encoders[name] = encoder
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    vectors: dict[str, np.ndarray] = {}
+    for _ in range(repeats):
+        for name, encoder in encoders.items():
+            with tempfile.TemporaryDirectory() as tmp:
+                started = time.perf_counter()
+                IndexWriter(Path(tmp) / "ix", encoder, shard_docs=len(docs) + 1, factory="Flat", bm25=False).build(docs)
+                seconds[name].append(time.perf_counter() - started)
+                with Searcher.load(Path(tmp) / "ix", encoder=encoder) as searcher:
+                    v = np.concatenate([searcher.shards[0].store.vectors([i])[0][0] for i in range(len(docs))]).astype(np.float32)
+            vectors[name] = v / np.linalg.norm(v, axis=1, keepdims=True)
+            log.info("runtime %s: %.1f docs/s", name, len(docs) / seconds[name][-1])
+    out: dict[str, Any] = {"docs": len(docs), "encoder": encoder_name, "repeats": repeats}
+    median = {name: float(np.median(t)) for name, t in seconds.items()}
+    for name in names:
+        cosine = (vectors[name] * vectors["torch"]).sum(1)
+        out[name] = {"seconds": round(median[name], 2), "seconds_each": [round(t, 2) for t in seconds[name]],
+                     "docs_per_s": round(len(docs) / median[name], 2), "speedup": round(median["torch"] / median[name], 3),
                      "cosine_to_torch_min": round(float(cosine.min()), 5), "cosine_to_torch_mean": round(float(cosine.mean()), 5)}
-        log.info("runtime %s: %.1f docs/s", name, len(docs) / seconds)
     return out
 
 
@@ -174,6 +182,7 @@ def add_commands(sub) -> None:
     p.add_argument("--recall-queries", type=int, default=50)
     p.add_argument("--runtimes", default="torch,onnx,onnx-int8", help="CPU runtimes to compare with eager torch (needs the [onnx] extra)")
     p.add_argument("--runtime-docs", type=int, default=500)
+    p.add_argument("--runtime-repeats", type=int, default=3, help="rounds in which the runtimes take turns (each gets its median)")
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"which figures to measure (default all: {','.join(SECTIONS)})")
     p.add_argument("--out", type=Path, help="write the JSON here")
     p.set_defaults(run=_run)
@@ -208,7 +217,7 @@ def _run(args) -> int:
     if "throughput" in sections:
         result["throughput"] = throughput(args.corpus, args.throughput_docs, backbone)
     if "runtimes" in sections:
-        result["runtimes"] = runtimes(args.corpus, args.runtime_docs, [r for r in args.runtimes.split(",") if r])
+        result["runtimes"] = runtimes(args.corpus, args.runtime_docs, [r for r in args.runtimes.split(",") if r], args.runtime_repeats)
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

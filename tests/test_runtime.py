@@ -121,3 +121,16 @@ def test_index_cli_records_the_runtime(tmp_path, cache, hotpot_docs):
     assert main(["-q", "index", str(corpus), "--out", str(tmp_path / "idx"), "--encoder", "single", "--runtime", "onnx-int8", "--device", "cpu"]) == 0
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
     assert manifest["backbone"]["runtime"] == "onnx-int8"
+
+
+def test_bench_runtimes_take_turns_and_compare_with_torch(cache):
+    from paths import DATA
+    from propdex.eval.bench import runtimes
+
+    result = runtimes(DATA / "beir" / "scifact", 6, ["onnx-int8"], repeats=2)
+    assert result["docs"] == 6 and set(result) >= {"torch", "onnx-int8"}
+    torch_row, int8_row = result["torch"], result["onnx-int8"]
+    assert len(torch_row["seconds_each"]) == len(int8_row["seconds_each"]) == 2
+    assert torch_row["speedup"] == 1.0 and torch_row["cosine_to_torch_min"] > 0.9999
+    assert 0.97 < int8_row["cosine_to_torch_min"] < 0.99999
+    assert int8_row["speedup"] == pytest.approx(torch_row["seconds"] / int8_row["seconds"], rel=0.05)  # seconds are rounded to 10 ms
