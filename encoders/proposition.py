@@ -21,6 +21,18 @@ propositions in context) is its proposition's own text, encoded alone.
 
 The head is trained for its leading 64 dimensions too (Matryoshka), so
 `dims=64` gives the paper's 64-d propositions from the same weights.
+`context="passage"` reads the backbone as `single` does, a packed passage
+of whole sentences per pass, and pools each sentence's propositions from
+that pass: one pass serves `single`'s passage vector, the segmenter and the
+head, so encoding costs about what `single`'s does (the default,
+`"sentence"`, reads one sentence at a time, as the head was trained).
+`beside=w` stores the vector of the text the proposition was read in (its
+passage, or its sentence) beside each proposition, weighted by w, and a
+query's own mean vector beside the query's: a proposition then scores its
+cosine plus w times its context's, so a document is found by its best fact
+*and* by what it is about as a whole (HotpotQA's multi-hop questions name
+both).
+
 `standalone=True` is the Dense X Retrieval baseline as a system: the same
 propositions, each encoded alone (a second backbone pass per proposition),
 i.e. the teacher at indexing time; it shows what in-context encoding buys
@@ -126,6 +138,7 @@ class PropositionEncoder(Encoder):
     def __init__(
         self, backbone: Backbone, batch_size: int = 64, head: str = "default", segmenter: str = "default",
         query_segments: bool = False, standalone: bool = False, dims: int | None = None, head_sha256: str | None = None,
+        context: str = "sentence", beside: float = 0.0,
     ) -> None:
         super().__init__(backbone, batch_size)
         from . import flag
@@ -151,6 +164,13 @@ class PropositionEncoder(Encoder):
             raise ValueError(f"dims must be between 1 and {self.out_dim} (the head's width) and needs a distilled head, got {dims!r}")
         if self.standalone and not self.distilled:
             raise ValueError("standalone=1 needs a distilled head (one with a query map)")
+        if context not in ("sentence", "passage"):
+            raise ValueError(f"proposition context must be sentence or passage, got {context!r}")
+        self.context, self.beside = context, float(beside)
+        if (self.context != "sentence" or self.beside) and not self.distilled:
+            raise ValueError("context= and beside= need a distilled head (one with a query map)")
+        if not 0 <= self.beside < 100:
+            raise ValueError(f"beside is the weight of the context's vector, from 0 (none) up; got {beside!r}")
         n = backbone.model.config.num_hidden_layers
         last = lambda layers: tuple(n if i == -1 else int(i) for i in layers)  # noqa: E731
         self.head_layers = last(self.head_config.get("layers", (-1,)))
@@ -167,7 +187,7 @@ class PropositionEncoder(Encoder):
 
     @property
     def dim(self) -> int:
-        return self._dim
+        return self._dim + (self.backbone.dim if self.beside else 0)
 
     def options(self) -> dict[str, Any]:
         options = {
@@ -178,6 +198,10 @@ class PropositionEncoder(Encoder):
             options["standalone"] = True
         if self._dim != self.out_dim:
             options["dims"] = self._dim
+        if self.context != "sentence":
+            options["context"] = self.context
+        if self.beside:
+            options["beside"] = self.beside
         return options
 
     def _cut(self, vectors: torch.Tensor) -> np.ndarray:
@@ -212,29 +236,41 @@ class PropositionEncoder(Encoder):
         # Queries are the teacher's side: a text query already is; a proposition
         # given in context (a focus) is its own text, encoded alone.
         if self.distilled and (self.standalone and not query or query and any(p.doc.focus for p in passages)):
-            out = self._alone(passages, out, progress)
+            out = self._alone(passages, out, progress, query)
         return out
 
     def passages(self, doc: Document) -> list[Passage]:
-        """One sentence per passage: the unit the segmenter reads."""
-        return cut_passages(doc, self.backbone, window=self.max_length - _n_specials(self.backbone) - self.title_tokens(doc), pack=False)
+        """One sentence per passage, the unit the segmenter reads; with
+        `context="passage"`, `single`'s packed passages."""
+        window = self.max_length - _n_specials(self.backbone) - self.title_tokens(doc)
+        return cut_passages(doc, self.backbone, window=window, pack=self.context == "passage")
 
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
         locate = SentenceLocator(passage.doc)
         whole = query and not passage.doc.focus and not self.query_segments
+        # The text everything here was read in, as `single` pools it.
+        mean = tokens.states[:, self._columns((self.head_layers[-1],))].mean(0, keepdim=True) if self.distilled else None
         if whole and self.distilled:
             # A text query is one need: the backbone's mean vector, projected.
-            last = tokens.states[:, self._columns((self.head_layers[-1],))].mean(0, keepdim=True)
             with torch.inference_mode():
-                vector = self._cut(self.head.embed(last.to(self.backbone.device)))
-            return Encoded(vector, [locate.unit([(passage.start, passage.end)], Kind.PROPOSITION)])
-        groups, features = self.features(passage, tokens, whole=whole)
-        if not groups:
+                vector = self._cut(self.head.embed(mean.to(self.backbone.device)))
+            return Encoded(self._with_context(vector, mean, 1.0), [locate.unit([(passage.start, passage.end)], Kind.PROPOSITION)])
+        pieces = sentence_pieces(passage, tokens) if self.context == "passage" and not query and not passage.doc.focus else [(passage, tokens)]
+        found = [(piece, g, f) for piece, states in pieces for g, f in [self.features(piece, states, whole=whole)] if g]
+        if not found:
             return Encoded(np.zeros((0, self.dim), np.float32), [])
         with torch.inference_mode():
-            vectors = self._cut(self.head(features.to(self.backbone.device)))
-        units = [locate.unit([(a + passage.start, b + passage.start) for a, b in g], Kind.PROPOSITION) for g in groups]
-        return Encoded(vectors, units)
+            vectors = self._cut(self.head(torch.cat([f for *_, f in found]).to(self.backbone.device)))
+        units = [locate.unit([(a + piece.start, b + piece.start) for a, b in g], Kind.PROPOSITION) for piece, groups, _ in found for g in groups]
+        return Encoded(self._with_context(vectors, mean, 1.0 if query else self.beside), units)
+
+    def _with_context(self, vectors: np.ndarray, mean: torch.Tensor | None, weight: float) -> np.ndarray:
+        """`vectors` followed, with `beside`, by `weight` times the unit-length
+        mean vector of the text they were read in (one row, shared)."""
+        if not self.beside:
+            return vectors
+        context = weight * nn.functional.normalize(mean.float(), dim=-1).cpu().numpy()
+        return np.concatenate([vectors, np.repeat(context, len(vectors), 0)], 1).astype(np.float32)
 
     def features(self, passage: Passage, tokens: TokenStates, whole: bool = False) -> tuple[list[tuple[Span, ...]], torch.Tensor]:
         """A passage's propositions (passage-relative char spans) and the
@@ -274,17 +310,37 @@ class PropositionEncoder(Encoder):
 
     # -- the standalone baseline ---------------------------------------------
     @torch.inference_mode()
-    def _alone(self, passages: Sequence[Passage], encoded: list[Encoded], progress: bool) -> list[Encoded]:
+    def _alone(self, passages: Sequence[Passage], encoded: list[Encoded], progress: bool, query: bool) -> list[Encoded]:
         """Every proposition re-encoded from its own text, after its title."""
         items = [(i, j) for i, e in enumerate(encoded) for j in range(len(e.units))]
         texts = [unit_text(passages[i].doc, encoded[i].units[j]) for i, j in items]
         titles = [self.title_of(passages[i].doc) for i, _ in items]
         vectors = mean_vectors(self.backbone, texts, titles, self.batch_size, progress)
         projected = self._cut(self.head.embed(vectors.to(self.backbone.device)))
+        # A focus query's context is its text alone too; a document's stays what it was read in.
         out = [Encoded(e.vectors.copy(), e.units) for e in encoded]
-        for (i, j), v in zip(items, projected):
-            out[i].vectors[j] = v
+        for (i, j), v, alone in zip(items, projected, vectors):
+            out[i].vectors[j, : self._dim] = v
+            if self.beside and query:
+                out[i].vectors[j, self._dim :] = nn.functional.normalize(alone, dim=-1).numpy()
         return out
+
+
+def sentence_pieces(passage: Passage, tokens: TokenStates) -> list[tuple[Passage, TokenStates]]:
+    """A packed passage's sentences, each with its own tokens' states (read
+    in the whole passage): what `pool` reads one sentence at a time."""
+    doc, out = passage.doc, []
+    real = ~tokens.special
+    for si, (a, b) in enumerate(doc.sentences or ((0, len(doc.text)),)):
+        a, b = max(a, passage.start), min(b, passage.end)
+        if a >= b:
+            continue
+        lo, hi = a - passage.start, b - passage.start
+        keep = np.flatnonzero(real & (tokens.offsets[:, 0] < hi) & (tokens.offsets[:, 1] > lo))
+        if len(keep):
+            piece = Passage(doc, a, b, si)
+            out.append((piece, TokenStates(tokens.states[torch.from_numpy(keep)], tokens.offsets[keep] - lo, np.zeros(len(keep), bool), tokens.ids[keep])))
+    return out
 
 
 def covering(text: str, offsets: np.ndarray, props: Sequence[Proposition]) -> list[Proposition]:

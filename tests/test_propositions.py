@@ -290,3 +290,45 @@ def test_dims_keeps_the_leading_dimensions_renormalised(tiny_encoder):
     for bad in (0, 17):
         with pytest.raises(ValueError, match="dims must be between 1 and 16"):
             load_encoder("proposition", backbone=enc.backbone, head=str(enc.head_path), segmenter=str(enc.segmenter_path), dims=bad)
+
+
+def test_passage_context_reads_single_passages_and_scores_beside_them(tiny_encoder):
+    """`context="passage"` reads `single`'s packed passages in one pass and
+    pools each sentence's propositions from it; `beside=w` follows each
+    proposition with w times the vector `single` gives the text it was read
+    in, and a query with its own mean vector, so a score is the
+    proposition's cosine plus w times its context's."""
+    from propdex.encoders import Document
+    from propdex.encoders.proposition import PropositionEncoder
+    from propdex.encoders.single import SingleEncoder
+    from propdex.encoders.text import split_sentences
+
+    enc = tiny_encoder
+    make = lambda **kw: PropositionEncoder(enc.backbone, head=str(enc.head_path), segmenter=str(enc.segmenter_path), **kw)  # noqa: E731
+    text = "Mark Ruffalo is an American actor, born in Kenosha. He directed a film in 2010, which won a prize in Cannes."
+    doc = Document("d", text, sentences=tuple(split_sentences(text)), title="Mark Ruffalo")
+    packed, beside = make(context="passage"), make(context="passage", beside=0.5)
+    single = SingleEncoder(enc.backbone)
+    passages = packed.passages(doc)
+    assert passages == single.passages(doc) and len(passages) == 1 < len(enc.passages(doc))
+    (p,), (b,) = packed.encode(passages), beside.encode(passages)
+    assert {u.sentence for u in p.units} == {0, 1} and p.units == b.units
+    for u in p.units:  # spans are sentence-relative, inside their sentence
+        assert all(0 <= s < e <= len(doc.sentence_text(u.sentence)) for s, e in u.spans)
+    assert packed.dim == 16 and beside.dim == 16 + enc.backbone.dim and beside.config()["beside"] == 0.5
+    np.testing.assert_allclose(b.vectors[:, :16], p.vectors, atol=1e-6)
+    (passage_vector,) = single.encode(passages)
+    np.testing.assert_allclose(b.vectors[:, 16:], 0.5 * np.repeat(passage_vector.vectors, len(b.units), 0), atol=1e-5)
+    # a text query: its projected vector, then its own unit mean vector at weight 1
+    query = "who directed a film in 2010?"
+    (q,), (qb,), (qs,) = packed.encode_queries([query]), beside.encode_queries([query]), single.encode_queries([query])
+    np.testing.assert_allclose(qb.vectors, np.concatenate([q.vectors, qs.vectors], 1), atol=1e-5)
+    scores = (b.vectors @ qb.vectors.T).ravel()
+    np.testing.assert_allclose(scores, (p.vectors @ q.vectors.T).ravel() + 0.5 * (passage_vector.vectors @ qs.vectors.T).item(), atol=1e-5)
+    # reading a sentence at a time (the default) gives each sentence's own vector beside
+    sentence_beside = make(beside=1)
+    first = sentence_beside.encode(sentence_beside.passages(doc))[0]
+    (own,) = single.encode([sentence_beside.passages(doc)[0]])
+    np.testing.assert_allclose(first.vectors[:, 16:], np.repeat(own.vectors, len(first.units), 0), atol=1e-5)
+    with pytest.raises(ValueError, match="context must be sentence or passage"):
+        make(context="document")
