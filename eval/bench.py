@@ -27,11 +27,12 @@ import numpy as np
 
 from propdex.encoders import encoder_from_config, load_encoder
 from propdex.indexer.build import IndexWriter, peak_rss_mb
-from propdex.indexer.manifest import library_versions, read_manifest
+from propdex.indexer.manifest import read_manifest
 from propdex.indexer.readers import read_corpus
 from propdex.retriever import Searcher
 
 from .datasets import beir_queries
+from .run import run_versions
 
 if TYPE_CHECKING:
     from propdex.encoders import Backbone
@@ -208,7 +209,7 @@ def _run(args) -> int:
     queries = list(beir_queries(args.corpus / "queries.jsonl").values())[: args.queries]
     result: dict[str, Any] = {
         "command": "propdex " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-        "versions": library_versions(), "cpu_threads": torch.get_num_threads(),
+        "versions": run_versions(), "cpu_threads": torch.get_num_threads(),
     }
     if "search" in sections:
         result["search"] = latency_and_recall(index, queries, backbone, args.recall_queries)

@@ -314,7 +314,7 @@ def evaluate(
     depth = PROPSEGMENT_DEPTH if task.prop_text else 100
     backbones: dict[str, "Backbone"] = {}  # by runtime
     result: dict[str, Any] = {
-        "task": task.name, "level": level, "command": command, "versions": {**library_versions(), "git": _git_head()},
+        "task": task.name, "level": level, "command": command, "versions": run_versions(),
         "data": task.info, "systems": {},
     }
     outcomes: dict[str, Outcome] = {}  # one run per component, shared by every fusion that names it
@@ -406,6 +406,11 @@ def plot_recall(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def run_versions() -> dict[str, Any]:
+    """What a results file records of the software that produced it."""
+    return {**library_versions(), "git": _git_head()}
+
+
 def _git_head() -> str | None:
     try:
         root = Path(__file__).resolve().parents[1]
@@ -456,7 +461,7 @@ def _run_segmentation(args, command: str) -> int:
 
     systems = [s for s in args.systems.split(",") if s] if args.systems != "bm25,single,tokens" else ["clause", "pairs"]
     result = segmentation.evaluate_segmentation(args.path, systems, device=args.device)
-    result = {"task": "propsegment segmentation (dev)", "command": command, "versions": {**library_versions(), "git": _git_head()}, **result}
+    result = {"task": "propsegment segmentation (dev)", "command": command, "versions": run_versions(), **result}
     print(f"{result['task']}: {result['n_sentences']} sentences, {result['n_gold']} gold propositions")
     print(segmentation.markdown(result))
     if args.out:
@@ -477,7 +482,7 @@ def _run_nugget_task(args, command: str) -> int:
     else:
         result = reconstruction.evaluate_reconstruction(args.path, [float(r) for r in systems], device=args.device)
         title, table = f"nugget reconstruction, {result['passages']} held-out passages", reconstruction.markdown(result)
-    result = {"task": title, "command": command, "versions": {**library_versions(), "git": _git_head()}, **result}
+    result = {"task": title, "command": command, "versions": run_versions(), **result}
     print(title)
     print(table)
     if args.out:
