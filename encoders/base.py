@@ -106,8 +106,8 @@ class Encoder(ABC):
                 if cache is not None:
                     cache.update((keys[i], fresh[i]) for i in todo)
                 states |= fresh
-            for i in batch:
-                results[i] = self.pool(passages[i], states[i], query=query)
+            for i, encoded in zip(batch, self.pool_batch([passages[i] for i in batch], [states[i] for i in batch], query=query)):
+                results[i] = encoded
             bar.update(len(batch))
         bar.close()
         return results  # type: ignore[return-value]
@@ -124,6 +124,11 @@ class Encoder(ABC):
     @abstractmethod
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
         """Choose the vectors of one passage and say what each stands for."""
+
+    def pool_batch(self, passages: Sequence[Passage], tokens: Sequence[TokenStates], *, query: bool) -> list[Encoded]:
+        """`pool` over one batch; encoders whose heads run better on many
+        passages at once (the proposition segmenter) override it."""
+        return [self.pool(p, t, query=query) for p, t in zip(passages, tokens)]
 
     # -- shared machinery ------------------------------------------------------
     @torch.inference_mode()
@@ -345,11 +350,13 @@ def span_pool(states: torch.Tensor, offsets: np.ndarray, real: np.ndarray, group
     spans (subword tokens map through the tokenizer's offsets); `real` masks
     out specials and padding. Rows of groups no token overlaps are zero.
     """
-    member = np.zeros((len(groups), len(offsets)), dtype=np.float32)
-    for g, spans in enumerate(groups):
-        for a, b in spans:
-            member[g] += (offsets[:, 0] < b) & (offsets[:, 1] > a) & real
-    weights = torch.from_numpy(np.minimum(member, 1.0)).to(states.device)
+    member = np.zeros((len(groups), len(offsets)), dtype=bool)
+    owner = np.array([g for g, spans in enumerate(groups) for _ in spans], dtype=np.int64)
+    if len(owner):
+        spans = np.array([span for group in groups for span in group], dtype=np.int64).reshape(-1, 2)
+        hit = (offsets[None, :, 0] < spans[:, 1, None]) & (offsets[None, :, 1] > spans[:, 0, None]) & real[None]
+        np.logical_or.at(member, owner, hit)
+    weights = torch.from_numpy(member.astype(np.float32)).to(states.device)
     return (weights @ states) / weights.sum(1, keepdim=True).clamp(min=1)
 
 

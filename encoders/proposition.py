@@ -246,23 +246,50 @@ class PropositionEncoder(Encoder):
         return cut_passages(doc, self.backbone, window=window, pack=self.context == "passage")
 
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
-        locate = SentenceLocator(passage.doc)
-        whole = query and not passage.doc.focus and not self.query_segments
-        # The text everything here was read in, as `single` pools it.
-        mean = tokens.states[:, self._columns((self.head_layers[-1],))].mean(0, keepdim=True) if self.distilled else None
-        if whole and self.distilled:
-            # A text query is one need: the backbone's mean vector, projected.
+        return self.pool_batch([passage], [tokens], query=query)[0]
+
+    def pool_batch(self, passages: Sequence[Passage], tokens: Sequence[TokenStates], *, query: bool) -> list[Encoded]:
+        """A batch's propositions: the segmenter and the head each run once
+        over all of its sentences."""
+        out: list[Encoded | None] = [None] * len(passages)
+        # The text everything was read in, as `single` pools it.
+        means = [t.states[:, self._columns((self.head_layers[-1],))].mean(0, keepdim=True) for t in tokens] if self.distilled else [None] * len(tokens)
+        items, owners = [], []
+        for i, (passage, states) in enumerate(zip(passages, tokens)):
+            whole = query and not passage.doc.focus and not self.query_segments
+            if whole and self.distilled:
+                # A text query is one need: the backbone's mean vector, projected.
+                with torch.inference_mode():
+                    vector = self._cut(self.head.embed(means[i].to(self.backbone.device)))
+                unit = SentenceLocator(passage.doc).unit([(passage.start, passage.end)], Kind.PROPOSITION)
+                out[i] = Encoded(self._with_context(vector, means[i], 1.0), [unit])
+                continue
+            packed = self.context == "passage" and not query and not passage.doc.focus
+            for piece in sentence_pieces(passage, states) if packed else [(passage, states)]:
+                items.append((*piece, whole))
+                owners.append(i)
+        found = self.features_batch(items)
+        if items:
             with torch.inference_mode():
-                vector = self._cut(self.head.embed(mean.to(self.backbone.device)))
-            return Encoded(self._with_context(vector, mean, 1.0), [locate.unit([(passage.start, passage.end)], Kind.PROPOSITION)])
-        pieces = sentence_pieces(passage, tokens) if self.context == "passage" and not query and not passage.doc.focus else [(passage, tokens)]
-        found = [(piece, g, f) for piece, states in pieces for g, f in [self.features(piece, states, whole=whole)] if g]
-        if not found:
-            return Encoded(np.zeros((0, self.dim), np.float32), [])
-        with torch.inference_mode():
-            vectors = self._cut(self.head(torch.cat([f for *_, f in found]).to(self.backbone.device)))
-        units = [locate.unit([(a + piece.start, b + piece.start) for a, b in g], Kind.PROPOSITION) for piece, groups, _ in found for g in groups]
-        return Encoded(self._with_context(vectors, mean, 1.0 if query else self.beside), units)
+                rows = torch.cat([f for _, f in found])
+                vectors = self._cut(self.head(rows.to(self.backbone.device))) if len(rows) else np.zeros((0, self._dim), np.float32)
+        per_owner: dict[int, tuple[list, list]] = {}
+        at = 0
+        for owner, (piece, _, _), (groups, _) in zip(owners, items, found):
+            units, rows_of = per_owner.setdefault(owner, ([], []))
+            locate = SentenceLocator(piece.doc)
+            units.extend(locate.unit([(a + piece.start, b + piece.start) for a, b in g], Kind.PROPOSITION) for g in groups)
+            rows_of.extend(range(at, at + len(groups)))
+            at += len(groups)
+        for i in range(len(passages)):
+            if out[i] is not None:
+                continue
+            units, rows_of = per_owner.get(i, ([], []))
+            if not units:
+                out[i] = Encoded(np.zeros((0, self.dim), np.float32), [])
+            else:
+                out[i] = Encoded(self._with_context(vectors[rows_of], means[i], 1.0 if query else self.beside), units)
+        return out  # type: ignore[return-value]
 
     def _with_context(self, vectors: np.ndarray, mean: torch.Tensor | None, weight: float) -> np.ndarray:
         """`vectors` followed, with `beside`, by `weight` times the unit-length
@@ -275,38 +302,64 @@ class PropositionEncoder(Encoder):
     def features(self, passage: Passage, tokens: TokenStates, whole: bool = False) -> tuple[list[tuple[Span, ...]], torch.Tensor]:
         """A passage's propositions (passage-relative char spans) and the
         head's input for each: what `pool` encodes and what training caches."""
-        groups = [g for g in self.propositions(passage, tokens, whole=whole) if g]
-        if not groups:
-            return [], torch.zeros(0, self.head.mlp[0].in_features)
-        if not self.distilled:
-            return groups, span_pool(tokens.states, tokens.offsets, ~tokens.special, groups)
-        states = tokens.states[:, self._columns(self.head_layers)]
-        return groups, proposition_features(states, tokens.offsets, tokens.special, groups, self.backbone.dim)
+        return self.features_batch([(passage, tokens, whole)])[0]
+
+    def features_batch(self, items: Sequence[tuple[Passage, TokenStates, bool]]) -> list[tuple[list[tuple[Span, ...]], torch.Tensor]]:
+        """`features` of many (passage, states, whole) at once."""
+        out = []
+        for (passage, tokens, _), groups in zip(items, self.propositions_batch(items)):
+            groups = [g for g in groups if g]
+            if not groups:
+                out.append(([], torch.zeros(0, self.head.mlp[0].in_features)))
+            elif not self.distilled:
+                out.append((groups, span_pool(tokens.states, tokens.offsets, ~tokens.special, groups)))
+            else:
+                states = tokens.states[:, self._columns(self.head_layers)]
+                out.append((groups, proposition_features(states, tokens.offsets, tokens.special, groups, self.backbone.dim)))
+        return out
 
     def propositions(self, passage: Passage, tokens: TokenStates, whole: bool = False) -> list[tuple[Span, ...]]:
         """Char spans (passage-relative) of each proposition: the document's
         focus, the whole text (`whole`), or what the segmenter reads in this
         very pass's states."""
-        doc = passage.doc
-        if doc.focus:
-            return [tuple((max(a, passage.start) - passage.start, min(b, passage.end) - passage.start)
-                          for a, b in doc.focus if a < passage.end and b > passage.start)]
-        text = passage.text
-        offsets = words(text)
-        if len(offsets) == 0:
-            return []
-        if whole:
-            return [((int(offsets[0, 0]), int(offsets[-1, 1])),)]
-        props = self._segments.get(text)
-        if props is None:
-            if self.distilled:
+        return self.propositions_batch([(passage, tokens, whole)])[0]
+
+    def propositions_batch(self, items: Sequence[tuple[Passage, TokenStates, bool]]) -> list[list[tuple[Span, ...]]]:
+        """`propositions` of many (passage, states, whole): the segmenter
+        decodes all the texts it reads in one go."""
+        out: list[list[tuple[Span, ...]] | None] = [None] * len(items)
+        decode: list[int] = []
+        for k, (passage, tokens, whole) in enumerate(items):
+            doc, text = passage.doc, passage.text
+            offsets = words(text)
+            if doc.focus:
+                out[k] = [tuple((max(a, passage.start) - passage.start, min(b, passage.end) - passage.start)
+                                for a, b in doc.focus if a < passage.end and b > passage.start)]
+            elif len(offsets) == 0:
+                out[k] = []
+            elif whole:
+                out[k] = [((int(offsets[0, 0]), int(offsets[-1, 1])),)]
+            elif text in self._segments:
+                out[k] = [word_spans(text, offsets, p) for p in covering(text, offsets, self._segments[text])]
+            elif not self.distilled:
+                props = self.segmenter.segment([text])[0]
+                out[k] = [word_spans(text, offsets, p) for p in covering(text, offsets, props)]
+            else:
+                decode.append(k)
+        if decode:
+            # What the segmenter reads: this very pass's states, one per word.
+            inputs = []
+            for k in decode:
+                passage, tokens, _ = items[k]
+                offsets = words(passage.text)
                 states = tokens.states[:, self._columns(self.segmenter_layers)]
                 wstates = span_pool(states, tokens.offsets, ~tokens.special, [[(int(a), int(b))] for a, b in offsets])
-                with torch.inference_mode():
-                    props = self.segmenter.decode(wstates.to(self.backbone.device), text, offsets)
-            else:
-                props = self.segmenter.segment([text])[0]
-        return [word_spans(text, offsets, p) for p in covering(text, offsets, props)]
+                inputs.append((wstates.to(self.backbone.device), passage.text, offsets))
+            with torch.inference_mode():
+                decoded = self.segmenter.decode_many(inputs)
+            for k, (_, text, offsets), props in zip(decode, inputs, decoded):
+                out[k] = [word_spans(text, offsets, p) for p in covering(text, offsets, props)]
+        return out  # type: ignore[return-value]
 
     # -- the standalone baseline ---------------------------------------------
     @torch.inference_mode()

@@ -251,26 +251,41 @@ class PairSegmenter:
             chunk = list(texts[start : start + batch])
             with torch.inference_mode():
                 states, offsets = word_states(self.backbone, chunk, self.MAX_WORDS, self.layers)
-                for text, wstates, woffs in zip(chunk, states, offsets):
-                    out.append(self.decode(wstates, text, woffs))
+                out.extend(self.decode_many(list(zip(states, chunk, offsets))))
         return out
 
     def decode(self, wstates: "torch.Tensor", text: str, offsets: np.ndarray) -> list[Proposition]:
-        """Propositions of one text from its word states, windows of MAX_WORDS."""
+        """Propositions of one text from its word states."""
+        return self.decode_many([(wstates, text, offsets)])[0]
+
+    def decode_many(self, items: Sequence[tuple["torch.Tensor", str, np.ndarray]], batch: int = 64) -> list[list[Proposition]]:
+        """Propositions of many texts, each given as (word states, text, word
+        offsets): windows of MAX_WORDS words, padded into batches, so the
+        head runs once per batch and not once per sentence."""
         import torch
 
-        n_words = len(offsets)
-        clauses = torch.from_numpy(clause_ids(text, offsets)).to(wstates.device)
-        props: list[Proposition] = []
-        for w0 in range(0, n_words, self.MAX_WORDS):
-            x = wstates[w0 : w0 + self.MAX_WORDS].unsqueeze(0)
-            mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
-            c = clauses[w0 : w0 + self.MAX_WORDS].unsqueeze(0)
-            anchor, member = (torch.sigmoid(t[0]).float().cpu().numpy() for t in self.head(x, mask, c))
-            for i in np.flatnonzero(anchor >= self.threshold):
-                words_in = set(np.flatnonzero(member[i] >= self.threshold).tolist()) | {int(i)}
-                props.append(tuple(w0 + j for j in sorted(words_in)))
-        return list(dict.fromkeys(props))
+        windows = []  # (item, first word, states, clause ids)
+        for t, (wstates, text, offsets) in enumerate(items):
+            clauses = torch.from_numpy(clause_ids(text, offsets))
+            for w0 in range(0, len(offsets), self.MAX_WORDS):
+                windows.append((t, w0, wstates[w0 : w0 + self.MAX_WORDS], clauses[w0 : w0 + self.MAX_WORDS]))
+        out: list[list[Proposition]] = [[] for _ in items]
+        for b0 in range(0, len(windows), batch):
+            chunk = windows[b0 : b0 + batch]
+            n, device = max(len(x) for _, _, x, _ in chunk), chunk[0][2].device
+            x = torch.zeros(len(chunk), n, chunk[0][2].shape[-1], device=device)
+            mask = torch.zeros(len(chunk), n, dtype=torch.bool, device=device)
+            c = torch.full((len(chunk), n), -1, dtype=torch.long, device=device)
+            for r, (_, _, states, clauses) in enumerate(chunk):
+                x[r, : len(states)], mask[r, : len(states)], c[r, : len(states)] = states, True, clauses
+            with torch.inference_mode():
+                anchor, member = (torch.sigmoid(v).float().cpu().numpy() for v in self.head(x, mask, c))
+            for r, (t, w0, states, _) in enumerate(chunk):
+                k = len(states)
+                for i in np.flatnonzero(anchor[r, :k] >= self.threshold):
+                    words_in = set(np.flatnonzero(member[r, i, :k] >= self.threshold).tolist()) | {int(i)}
+                    out[t].append(tuple(w0 + j for j in sorted(words_in)))
+        return [list(dict.fromkeys(props)) for props in out]
 
 
 def word_states(

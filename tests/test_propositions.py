@@ -332,3 +332,25 @@ def test_passage_context_reads_single_passages_and_scores_beside_them(tiny_encod
     np.testing.assert_allclose(first.vectors[:, 16:], np.repeat(own.vectors, len(first.units), 0), atol=1e-5)
     with pytest.raises(ValueError, match="context must be sentence or passage"):
         make(context="document")
+
+
+def test_a_batch_gives_each_sentence_what_it_gets_alone(tiny_encoder):
+    """The segmenter and the head run once per batch (windows padded
+    together): a sentence's propositions and vectors do not depend on the
+    sentences it is batched with."""
+    from propdex.encoders import Document
+    from propdex.encoders.text import split_sentences
+
+    enc = tiny_encoder
+    text = ("Mark Ruffalo is an American actor, born in Kenosha. He directed a film in 2010, which won a prize in Cannes. "
+            "Kenosha lies on Lake Michigan. " + " ".join(["The lake, which is large, freezes in winter"] * 30) + ".")
+    doc = Document("d", text, sentences=tuple(split_sentences(text)), title="Ruffalo")
+    passages = enc.passages(doc)
+    assert len({len(p.text) for p in passages}) >= 4  # different lengths, so padding happens
+    together = enc.encode(passages)
+    for p, batched in zip(passages, together):
+        (alone,) = enc.encode([p])
+        assert alone.units == batched.units and len(alone.units) >= 1
+        np.testing.assert_allclose(alone.vectors, batched.vectors, atol=1e-5)
+    inputs = [(torch.randn(len(words(t)), enc.segmenter.head.proj[0].in_features), t, words(t)) for t in (p.text for p in passages)]
+    assert enc.segmenter.decode_many(inputs, batch=3) == [enc.segmenter.decode(*x) for x in inputs]

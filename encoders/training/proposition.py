@@ -108,8 +108,8 @@ def featurize(encoder: PropositionEncoder, docs: list[Document], progress: bool 
     order = sorted(range(len(passages)), key=lambda i: len(passages[i].text))
     for s in tqdm(range(0, len(order), bs), desc="features", unit="batch", disable=not progress):
         batch = [passages[i] for i in order[s : s + bs]]
-        for i, p, tokens in zip(order[s : s + bs], batch, encoder.forward(batch)):
-            groups, f = encoder.features(p, tokens)
+        found = encoder.features_batch([(p, tokens, False) for p, tokens in zip(batch, encoder.forward(batch))])
+        for i, p, (groups, f) in zip(order[s : s + bs], batch, found):
             for g, row in zip(groups, f):
                 feats.append(row.numpy().astype(np.float16))
                 texts.append(spans_text(p.text, g))
