@@ -203,7 +203,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     manifest = writer.build(corpus)
     # Corpus states an earlier system of this run computed: encode_s is pooling only.
     shared = backbone.state_cache_hits > cache_hits
-    nprobe = int(system.options.get("nprobe", 32))
+    nprobe = int(system.options["nprobe"]) if "nprobe" in system.options else None
     searcher = Searcher.load(out, encoder=encoder, nprobe=nprobe)
     search_level = "doc" if task.prop_text else level
     queries = queries_for(task, system)

@@ -103,15 +103,16 @@ class _Candidate:
 
 
 class Searcher:
-    def __init__(self, path: Path, manifest: dict[str, Any], encoder: "Encoder", shards: list[_Shard], nprobe: int) -> None:
+    def __init__(self, path: Path, manifest: dict[str, Any], encoder: "Encoder", shards: list[_Shard], nprobe: int | None) -> None:
         self.path = path
         self.manifest = manifest
         self.encoder = encoder
         self.shards = shards
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(len(shards), os.cpu_count() or 1)))
-        if nprobe < 1:
+        if nprobe is not None and nprobe < 1:
             raise ValueError(f"nprobe must be at least 1, got {nprobe}")
-        self.nprobe = nprobe  # the default; search(nprobe=...) overrides it for that call only
+        # The default (None: by the query, `default_nprobe`); search(nprobe=...) overrides it for that call only.
+        self.nprobe = nprobe
         info = manifest.get("lexical")
         # Loaded (memory-mapped) now, not on first use: a writer's later
         # commit replaces it, and this reader keeps the view it opened.
@@ -127,7 +128,7 @@ class Searcher:
 
     @classmethod
     def load(
-        cls, path: str | Path, *, device: str = "auto", encoder: "Encoder | None" = None, nprobe: int = 32, mmap: bool = False,
+        cls, path: str | Path, *, device: str = "auto", encoder: "Encoder | None" = None, nprobe: int | None = None, mmap: bool = False,
         threads: int | None = None, runtime: str = "torch",
     ) -> "Searcher":
         """The index at `path`, ready to search. `threads` sets the process's
@@ -149,7 +150,7 @@ class Searcher:
         raise AssertionError("unreachable")
 
     @classmethod
-    def _open(cls, path: Path, manifest: dict[str, Any], device: str, encoder: "Encoder | None", nprobe: int, mmap: bool,
+    def _open(cls, path: Path, manifest: dict[str, Any], device: str, encoder: "Encoder | None", nprobe: int | None, mmap: bool,
               runtime: str = "torch") -> "Searcher":
         problems = integrity.check(path, manifest)
         if problems:
@@ -255,7 +256,8 @@ class Searcher:
             # Few vectors pass the filter: re-score every one of their documents.
             within = [self._keys_allowed(allowed)] * len(queries)
         if within is None:
-            hits = self._stage1(np.concatenate([e.vectors for e in encoded]), per_vector, st.nprobe or self.nprobe, filtered)  # one ANN call for the batch
+            nprobe = st.nprobe or self.nprobe or default_nprobe(max(sizes))
+            hits = self._stage1(np.concatenate([e.vectors for e in encoded]), per_vector, nprobe, filtered)  # one ANN call for the batch
         results = []
         start = 0
         for qi, e in enumerate(encoded):
@@ -545,6 +547,14 @@ class Searcher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def default_nprobe(query_vectors: int) -> int:
+    """IVF lists probed per query vector unless asked: a query of one vector
+    must find every candidate with it, and probes 4x the lists each vector
+    of a multi-vector query does (measured on HotpotQA-600 propositions,
+    IVF2048: 32 lists lose 1.8 R@10 to exact search, 128 lose 0.2)."""
+    return 32 if query_vectors > 1 else 128
 
 
 def set_threads(n: int) -> None:
