@@ -26,12 +26,13 @@ of whole sentences per pass, and pools each sentence's propositions from
 that pass: one pass serves `single`'s passage vector, the segmenter and the
 head, so encoding costs about what `single`'s does (the default,
 `"sentence"`, reads one sentence at a time, as the head was trained).
-`beside=w` stores the vector of the text the proposition was read in (its
-passage, or its sentence) beside each proposition, weighted by w, and a
-query's own mean vector beside the query's: a proposition then scores its
-cosine plus w times its context's, so a document is found by its best fact
-*and* by what it is about as a whole (HotpotQA's multi-hop questions name
-both).
+`beside=w` stores `single`'s vector of the proposition's passage beside
+it, weighted by w, and a query's own mean vector beside the query's: a
+proposition then scores its cosine plus w times its passage's, so a
+document is found by its best fact *and* by what it is about as a whole
+(HotpotQA's multi-hop questions name both). Read a sentence at a time, the
+passage vectors take a second, packed pass (`single`'s encoding cost on
+top); with `context="passage"` they come from the one pass.
 
 `standalone=True` is the Dense X Retrieval baseline as a system: the same
 propositions, each encoded alone (a second backbone pass per proposition),
@@ -237,6 +238,26 @@ class PropositionEncoder(Encoder):
         # given in context (a focus) is its own text, encoded alone.
         if self.distilled and (self.standalone and not query or query and any(p.doc.focus for p in passages)):
             out = self._alone(passages, out, progress, query)
+        if self.beside and not query and self.context == "sentence":
+            out = self._beside_passages(passages, out, progress)
+        return out
+
+    def _beside_passages(self, passages: Sequence[Passage], encoded: list[Encoded], progress: bool) -> list[Encoded]:
+        """Each sentence's propositions followed by `beside` times `single`'s
+        vector of the packed passage the sentence sits in."""
+        docs = list({id(p.doc): p.doc for p in passages}.values())
+        packed = {id(d): cut_passages(d, self.backbone, window=self.max_length - _n_specials(self.backbone) - self.title_tokens(d)) for d in docs}
+        flat = [pp for d in docs for pp in packed[id(d)]]
+        vectors = nn.functional.normalize(mean_vectors(self.backbone, [pp.text for pp in flat], [self.title_of(pp.doc) for pp in flat],
+                                                       self.batch_size, progress), dim=-1).numpy()
+        where = {(id(pp.doc), pp.start): v for pp, v in zip(flat, vectors)}
+        out = []
+        for p, e in zip(passages, encoded):
+            starts = [pp.start for pp in packed[id(p.doc)] if pp.start <= p.start]
+            vector = where[(id(p.doc), max(starts))] if starts else np.zeros(self.backbone.dim, np.float32)
+            v = e.vectors.copy()
+            v[:, self._dim :] = self.beside * vector
+            out.append(Encoded(v, e.units))
         return out
 
     def passages(self, doc: Document) -> list[Passage]:

@@ -295,9 +295,9 @@ def test_dims_keeps_the_leading_dimensions_renormalised(tiny_encoder):
 def test_passage_context_reads_single_passages_and_scores_beside_them(tiny_encoder):
     """`context="passage"` reads `single`'s packed passages in one pass and
     pools each sentence's propositions from it; `beside=w` follows each
-    proposition with w times the vector `single` gives the text it was read
-    in, and a query with its own mean vector, so a score is the
-    proposition's cosine plus w times its context's."""
+    proposition with w times the vector `single` gives its passage, and a
+    query with its own mean vector, so a score is the proposition's cosine
+    plus w times its passage's."""
     from propdex.encoders import Document
     from propdex.encoders.proposition import PropositionEncoder
     from propdex.encoders.single import SingleEncoder
@@ -325,11 +325,14 @@ def test_passage_context_reads_single_passages_and_scores_beside_them(tiny_encod
     np.testing.assert_allclose(qb.vectors, np.concatenate([q.vectors, qs.vectors], 1), atol=1e-5)
     scores = (b.vectors @ qb.vectors.T).ravel()
     np.testing.assert_allclose(scores, (p.vectors @ q.vectors.T).ravel() + 0.5 * (passage_vector.vectors @ qs.vectors.T).item(), atol=1e-5)
-    # reading a sentence at a time (the default) gives each sentence's own vector beside
+    # read a sentence at a time (the default), the propositions are those of
+    # the default encoder and a second, packed pass gives the passage's vector
     sentence_beside = make(beside=1)
-    first = sentence_beside.encode(sentence_beside.passages(doc))[0]
-    (own,) = single.encode([sentence_beside.passages(doc)[0]])
-    np.testing.assert_allclose(first.vectors[:, 16:], np.repeat(own.vectors, len(first.units), 0), atol=1e-5)
+    alone, beside_each = enc.encode(enc.passages(doc)), sentence_beside.encode(sentence_beside.passages(doc))
+    for a, e in zip(alone, beside_each):
+        assert a.units == e.units
+        np.testing.assert_allclose(e.vectors[:, :16], a.vectors, atol=1e-6)
+        np.testing.assert_allclose(e.vectors[:, 16:], np.repeat(passage_vector.vectors, len(e.units), 0), atol=1e-5)
     with pytest.raises(ValueError, match="context must be sentence or passage"):
         make(context="document")
 
