@@ -249,7 +249,7 @@ class PropositionEncoder(Encoder):
         packed = {id(d): cut_passages(d, self.backbone, window=self.max_length - _n_specials(self.backbone) - self.title_tokens(d)) for d in docs}
         flat = [pp for d in docs for pp in packed[id(d)]]
         vectors = nn.functional.normalize(mean_vectors(self.backbone, [pp.text for pp in flat], [self.title_of(pp.doc) for pp in flat],
-                                                       self.batch_size, progress), dim=-1).numpy()
+                                                       self.batch_size, progress, desc="encode passages"), dim=-1).numpy()
         where = {(id(pp.doc), pp.start): v for pp, v in zip(flat, vectors)}
         out = []
         for p, e in zip(passages, encoded):
@@ -433,7 +433,8 @@ def unit_text(doc: Document, unit) -> str:
 
 
 @torch.inference_mode()
-def mean_vectors(backbone: Backbone, texts: Sequence[str], titles: Sequence[str], batch_size: int = 64, progress: bool = False) -> torch.Tensor:
+def mean_vectors(backbone: Backbone, texts: Sequence[str], titles: Sequence[str], batch_size: int = 64, progress: bool = False,
+                 desc: str = "encode alone") -> torch.Tensor:
     """(n, dim) the backbone's mean-pooled last layer over `title [SEP] text`
     (just `text` where the title is ""): `single`'s vector of a short text,
     the teacher of the student head."""
@@ -441,7 +442,7 @@ def mean_vectors(backbone: Backbone, texts: Sequence[str], titles: Sequence[str]
 
     out = torch.zeros(len(texts), backbone.dim)
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]) + len(titles[i]))
-    for s in tqdm(range(0, len(order), batch_size), desc="encode alone", unit="batch", disable=not progress, leave=False):
+    for s in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=not progress, leave=False):
         idx = order[s : s + batch_size]
         enc, *_ = tokenize(backbone.tokenizer, [texts[i] for i in idx], [titles[i] for i in idx], backbone.max_length)
         hidden = hidden_states(backbone, enc).float().cpu()
