@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +164,23 @@ def search(index: Any, queries: np.ndarray, k: int, nprobe: int, allowed: np.nda
     params = search_params(index, nprobe, selector)
     scores, ids = index.search(x, k, params=params) if params is not None else index.search(x, k)
     return scores, ids
+
+
+def decoder(index: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """Vector ids -> the index's float32 reconstructions of those vectors:
+    what stage 2 re-scores when the shard keeps no float16 copy. An IVF index
+    gets its id -> (list, offset) map here, once, in memory (8 bytes a vector,
+    not stored); IVF-PQ decodes centroid plus quantised residual, Flat and
+    HNSW give the vectors they hold."""
+    if isinstance(index, HnswIndex):
+        return lambda ids: np.asarray(index.index.get_items(ids), dtype=np.float32).reshape(len(ids), -1)
+    try:
+        ivf = faiss.extract_index_ivf(index)
+    except RuntimeError:
+        ivf = None  # Flat, HNSW of FAISS: reconstructs by id as it is
+    if ivf is not None and ivf.direct_map.type == faiss.DirectMap.NoMap:
+        ivf.make_direct_map(True)
+    return lambda ids: index.reconstruct_batch(np.ascontiguousarray(ids, dtype=np.int64))
 
 
 def build_hnsw(chunks: Iterable[np.ndarray], n: int, dim: int, path: Path, m: int = 16, ef_construction: int = 200):

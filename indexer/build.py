@@ -6,7 +6,9 @@ A build runs in three phases, each committing through the manifest:
    is written aside, renamed into place, then listed in the manifest.
 2. train: once the vector count is known, the FAISS index (default factory
    chosen from count and dim) is trained on a fixed-seed sample.
-3. add: every shard gets its own index file holding its vectors.
+3. add: every shard gets its own index file holding its vectors. With
+   store="codes" the shard's float16 copy is dropped in the same commit
+   and removed after it: stage 2 decodes the index's codes instead.
 4. lexical: a BM25 index of every document's title and text (indexer.lexical)
    is written to `bm25.tmp/`, renamed to `bm25/` and listed in the manifest
    (skipped with `bm25=False`).
@@ -51,7 +53,7 @@ from . import ann, lexical
 from .manifest import FORMAT, FORMAT_VERSION, library_versions, read_manifest, sha256_file, write_manifest
 from .readers import Record, Skip
 from .settings import IndexSettings
-from .store import LMDB_DIR, ShardStore, read_deleted, write_deleted, write_shard
+from .store import LMDB_DIR, VECTORS, ShardStore, read_deleted, write_deleted, write_shard
 
 if TYPE_CHECKING:
     from propdex.encoders import Encoder
@@ -62,6 +64,9 @@ TRAINED = "trained.faiss"
 LOCK = "write.lock"
 EXAMPLES_PER_REASON = 10
 QUIET_SKIPS = {"redirect", "namespace"}  # expected in every dump: counted, not shouted
+
+
+SETTINGS = ("shard_docs", "factory", "backend", "bm25", "store")  # what a writer of an existing index takes from its manifest
 
 
 def shard_name(i: int) -> str:
@@ -78,6 +83,7 @@ class IndexWriter:
         factory: str | None = None,
         backend: str = "faiss",
         bm25: bool = True,
+        store: str = "float16",
         inputs: dict[str, Any] | None = None,
         wait: float = 0.0,
     ) -> None:
@@ -85,7 +91,7 @@ class IndexWriter:
         (default: refuse at once). `inputs` describes what `build` reads (paths, format, file
         fingerprints): a re-run must read the same. `create`, `add`,
         `delete` and `compact` leave the recorded inputs alone."""
-        settings = IndexSettings(shard_docs, factory, backend, bm25)
+        settings = IndexSettings(shard_docs, factory, backend, bm25, store)
         settings.check_factory(encoder.dim)
         self.out = Path(out)
         self.encoder = encoder
@@ -125,6 +131,7 @@ class IndexWriter:
             manifest = read_manifest(self.out)
             # Options an older index predates, at the values it was built with.
             manifest["encoder"] = recorded_config(manifest["encoder"])
+            manifest["settings"].setdefault("store", "float16")
             # BM25 is a companion, not part of what the vectors are: a run
             # with bm25 on completes an index that lacks it, one with it off
             # leaves an existing one alone.
@@ -161,7 +168,7 @@ class IndexWriter:
             if path.is_dir() and path.name in listed:
                 shard = next(s for s in manifest["shards"] if s["name"] == path.name)
                 for f in path.iterdir():
-                    if f.name not in (LMDB_DIR, shard.get("index"), shard.get("deleted")):
+                    if f.name not in (LMDB_DIR, shard.get("stored"), shard.get("index"), shard.get("deleted")):
                         _remove(f)
             elif path.name != trained:
                 _remove(path)
@@ -352,6 +359,9 @@ class IndexWriter:
             "repaired": dict(Counter(r for d in docs for r in d.repairs)),
             "lmdb_sha256": sha256_file(self.out / name / LMDB_DIR / "data.mdb"),
             "lmdb_bytes": (self.out / name / LMDB_DIR / "data.mdb").stat().st_size,
+            "stored": VECTORS,
+            "stored_sha256": sha256_file(self.out / name / VECTORS),
+            "stored_bytes": (self.out / name / VECTORS).stat().st_size,
             "encode_s": round(time.time() - started, 3),
             "index": None,
             "index_sha256": None,
@@ -393,8 +403,11 @@ class IndexWriter:
             store.close()
         return np.concatenate(parts)
 
-    def _add(self, shards: list[dict[str, Any]] | None = None, commit: bool = True) -> None:
-        """Give each shard without one its ANN index (committing each, in a build)."""
+    def _add(self, shards: list[dict[str, Any]] | None = None, commit: bool = True) -> list[Path]:
+        """Give each shard without one its ANN index (committing each, in a
+        build). Returns the float16 copies that store="codes" drops and that
+        are removed once the caller commits (in a build: already removed)."""
+        dropped: list[Path] = []
         trained = ann.read_faiss(self.out / TRAINED) if self.manifest["index"]["backend"] == "faiss" else None
         pending = [s for s in (self.manifest["shards"] if shards is None else shards) if s["index"] is None]
         for s in tqdm(pending, desc="add", unit="shard", disable=len(pending) < 2):
@@ -411,8 +424,15 @@ class IndexWriter:
             s["index"], s["index_sha256"] = file, sha256_file(self.out / s["name"] / file)
             s["index_bytes"] = (self.out / s["name"] / file).stat().st_size
             s["add_s"] = round(time.time() - started, 3)
+            if self.settings.get("store", "float16") == "codes" and s.get("stored"):
+                dropped.append(self.out / s["name"] / s["stored"])
+                s.update(stored=None, stored_sha256=None, stored_bytes=None)
             if commit:
                 self._commit()
+                for path in dropped:
+                    _remove(path)
+                dropped.clear()
+        return dropped
 
 
     def _lexical(self, name: str = lexical.BM25_DIR) -> None:
@@ -456,7 +476,7 @@ class IndexWriter:
         if encoder is None:
             encoder = encoder_from_config(manifest["encoder"], device=device)
         settings = manifest["settings"]
-        return cls(out, encoder, wait=wait, **{k: settings[k] for k in ("shard_docs", "factory", "backend", "bm25") if k in settings})
+        return cls(out, encoder, wait=wait, **{k: settings[k] for k in SETTINGS if k in settings})
 
     def create(self) -> dict[str, Any]:
         """Commit an empty, complete index (documents come with `add`)."""
@@ -496,8 +516,8 @@ class IndexWriter:
                 return {"added": 0, "replaced": 0, "skipped": dict(skipped)}
             if self.manifest["index"] is None:
                 self._train(new)
-            self._add(new, commit=False)
-            garbage = self._tombstone(found)
+            garbage = self._add(new, commit=False)
+            garbage += self._tombstone(found)
             self.manifest["shards"] += new
             self._commit_change(garbage)
             log.info("added %d documents to %s (%d replaced) in %d shard(s)", len(docs), self.out, len(found), len(new))
@@ -545,7 +565,7 @@ class IndexWriter:
                     encoded.clear()
 
             for s in tqdm(rewrite, desc="compact", unit="shard", disable=len(rewrite) < 2):
-                store = ShardStore(self.out / s["name"])
+                store = self._store(s)
                 dead = set(self._deleted(s).tolist())
                 for o in range(s["docs"]):
                     if o in dead:
@@ -558,7 +578,7 @@ class IndexWriter:
                         flush()
                 store.close()
             flush()
-            self._add(new, commit=False)
+            dropped = self._add(new, commit=False)
             removed = sum(s.get("deleted_docs", 0) for s in rewrite)
             # The first new shard carries what the rewritten ones recorded of their inputs.
             for entry in new[:1]:
@@ -571,11 +591,21 @@ class IndexWriter:
                         kept = entry["skipped_examples"].setdefault(reason, [])
                         kept += examples[: EXAMPLES_PER_REASON - len(kept)]
             self.manifest["shards"] = [s for s in shards if s not in rewrite] + new
-            self._commit_change([self.out / s["name"] for s in rewrite])
+            self._commit_change([self.out / s["name"] for s in rewrite] + dropped)
             log.info("compacted %s: %d shards rewritten as %d, %d deleted documents removed", self.out, len(rewrite), len(new), removed)
             return {"rewritten": len(rewrite), "removed": removed, "shards": len(self.manifest["shards"])}
         finally:
             self.close()
+
+    def _store(self, shard: dict[str, Any]) -> ShardStore:
+        """A committed shard's store, decoding its index's codes where it keeps no vectors
+        (compaction then re-encodes the decoded vectors: store="codes" is lossy once more)."""
+        store = ShardStore(self.out / shard["name"])
+        if not store.has_vectors:
+            path = self.out / shard["name"] / shard["index"]
+            index = ann.HnswIndex(path, store.dim, shard["vectors"]) if shard["index"].endswith(".hnsw") else ann.read_faiss(path)
+            store.decoder = ann.decoder(index)
+        return store
 
     def _require_complete(self, what: str) -> None:
         if self.manifest["status"] != "complete":

@@ -11,6 +11,7 @@ from propdex.encoders.spec import EncoderSpec
 
 from . import ann
 from .build import IndexWriter
+from .settings import STORES
 from .readers import FORMATS, fingerprint, read_corpus
 
 log = logging.getLogger("propdex")
@@ -47,6 +48,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard-docs", type=int, default=10_000, help="documents per shard (default 10000)")
     p.add_argument("--factory", help="FAISS factory string (default: Flat for small corpora, else IVF+PQ)")
     p.add_argument("--backend", default="faiss", choices=ann.BACKENDS, help="stage-1 ANN library")
+    p.add_argument("--store", default="float16", choices=STORES,
+                   help="what stage 2 re-scores: float16 (an exact copy of every vector, 2 bytes a dimension) or codes "
+                        "(the ANN index's own codes decoded: IVF-PQ stores each vector once, about dim/4 + 13 bytes)")
     p.add_argument("--backbone", default=DEFAULT_BACKBONE, help="Hugging Face model name or local directory")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--runtime", default="torch", choices=RUNTIMES,
@@ -142,7 +146,8 @@ def run_index(args: argparse.Namespace) -> int:
     records = read_corpus(args.inputs, args.format)  # checks the paths first
     inputs = {"paths": [str(Path(p).resolve()) for p in args.inputs], "format": args.format, "limit": args.limit,
               "files": fingerprint(args.inputs, args.format)}
-    settings = {"shard_docs": args.shard_docs, "factory": args.factory, "backend": args.backend, "bm25": not args.no_bm25}
+    settings = {"shard_docs": args.shard_docs, "factory": args.factory, "backend": args.backend, "bm25": not args.no_bm25,
+                "store": args.store}
     if (args.num_shards is None) != (args.shard_id is None):
         raise ValueError("--num-shards and --shard-id go together")
     if args.ray:

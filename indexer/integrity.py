@@ -34,6 +34,8 @@ def committed_files(manifest: dict[str, Any]) -> list[Committed]:
     files = []
     for s in manifest.get("shards", []):
         files.append(Committed(f"{s['name']}/{LMDB_FILE}", s.get("lmdb_sha256"), s.get("lmdb_bytes")))
+        if s.get("stored"):
+            files.append(Committed(f"{s['name']}/{s['stored']}", s.get("stored_sha256"), s.get("stored_bytes")))
         if s.get("index"):
             files.append(Committed(f"{s['name']}/{s['index']}", s.get("index_sha256"), s.get("index_bytes")))
         if s.get("deleted"):

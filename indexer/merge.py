@@ -16,9 +16,9 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .build import IndexWriter, shard_name
+from .build import SETTINGS, IndexWriter, shard_name
 from .manifest import read_manifest
-from .store import LMDB_DIR, ShardStore
+from .store import LMDB_DIR, VECTORS, ShardStore
 
 if TYPE_CHECKING:
     from propdex.encoders import Encoder
@@ -49,7 +49,7 @@ def merge(out: str | Path, parts: list[str | Path], *, encoder: "Encoder | None"
 
         encoder = encoder_from_config(first["encoder"], device=device)
     settings = first["settings"]
-    writer = IndexWriter(out, encoder, inputs=first["inputs"], **{k: settings[k] for k in ("shard_docs", "factory", "backend", "bm25")})
+    writer = IndexWriter(out, encoder, inputs=first["inputs"], **{k: settings[k] for k in SETTINGS if k in settings})
     try:
         manifest = writer.manifest
         if manifest["status"] == "encoding":
@@ -84,6 +84,11 @@ def _link_shard(source: Path, target: Path) -> None:
             os.link(f, tmp / LMDB_DIR / f.name)
         except OSError:
             shutil.copy2(f, tmp / LMDB_DIR / f.name)
+    if (source / VECTORS).is_file():
+        try:
+            os.link(source / VECTORS, tmp / VECTORS)
+        except OSError:
+            shutil.copy2(source / VECTORS, tmp / VECTORS)
     tmp.rename(target)
 
 

@@ -15,21 +15,34 @@ from propdex.encoders.spec import convert
 from . import ann
 
 
+# float16: stage 2 reads an exact float16 copy of every vector (2 * dim bytes
+#   each, beside the ANN index's codes).
+# codes: stage 2 decodes the ANN index's own codes (IVF-PQ: centroid plus
+#   product-quantised residual; Flat and HNSW: the float32 vectors), so the
+#   index holds each vector once. The float16 copy serves the build and is
+#   removed once a shard's ANN index is committed.
+STORES = ("float16", "codes")
+
+
 @dataclass(frozen=True)
 class IndexSettings:
     shard_docs: int = 10_000  # documents per shard: the unit of commit and of parallel search
     factory: str | None = None  # FAISS factory string (None: chosen from the vector count at training)
     backend: str = "faiss"  # stage-1 ANN library: faiss or hnsw
     bm25: bool = True  # a BM25 index beside the vectors
+    store: str = "float16"  # what stage 2 re-scores: a float16 copy of every vector, or the ANN index's own codes
+
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, convert(getattr(self, f.name), {"shard_docs": int, "factory": str | None,
-                                                                                "backend": str, "bm25": bool}[f.name], f.name))
+                                                                                "backend": str, "bm25": bool, "store": str}[f.name], f.name))
         if self.shard_docs < 1:
             raise ValueError("shard_docs (--shard-docs) must be at least 1")
         if self.backend not in ann.BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose from {', '.join(ann.BACKENDS)}")
+        if self.store not in STORES:
+            raise ValueError(f"unknown store {self.store!r} (--store); choose from {', '.join(STORES)}")
 
     def check_factory(self, dim: int) -> None:
         """Fail now on a factory FAISS cannot build, not after hours of encoding."""

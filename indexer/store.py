@@ -1,11 +1,18 @@
-"""One shard's LMDB environment: documents, unit records and float16 vectors.
+"""One shard's store: an LMDB environment of documents and unit records, and
+its vectors as one contiguous float16 array.
 
 A shard holds documents 0..n-1 (ordinals local to the shard) and their vectors
 0..V-1 in document order, so vector ids are the FAISS ids of the shard's index
-and `offsets[d]:offsets[d+1]` are document d's vectors. Keys:
+and `offsets[d]:offsets[d+1]` are document d's vectors.
+
+`vectors.f16` (.npy, float16 (V, dim)) is memory-mapped: stage 2 gathers a
+candidate's rows without a copy or a read transaction. An index built with
+`store="codes"` drops it once the shard's ANN index is committed; stage 2
+then decodes the index's codes (`decoder`). Indexes written before this file
+existed keep each document's vectors under `vec/<ord>` in LMDB; they are read
+as they are. LMDB keys:
 
     doc/<ord>    JSON {id, title, text, sentences, metadata}
-    vec/<ord>    float16 (n, dim) row-major: what stage 2 re-scores exactly
     sen/<ord>    int32 (n, 2): first and last sentence of each unit
     unit/<ord>   int32 packed [kind, nspans, a1, b1, ...] per unit
     id/<doc id>  ordinal, for lookups by id
@@ -21,7 +28,7 @@ import json
 import os
 import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +38,7 @@ import numpy as np
 from propdex.encoders.units import Document, Encoded, Kind, Unit
 
 LMDB_DIR = "meta.lmdb"
+VECTORS = "vectors.f16"
 
 
 def _key(prefix: bytes, ordinal: int) -> bytes:
@@ -90,7 +98,7 @@ class StoredDoc:
 
 def write_shard(path: Path, docs: Sequence[Document], encoded: Sequence[Encoded], dim: int) -> dict:
     """Write a complete shard store at `path` (a fresh directory) in one transaction."""
-    payload = sum(len(d.text) * 4 + 8 * len(json.dumps(dict(d.metadata), ensure_ascii=False)) + e.vectors.shape[0] * (dim * 2 + 64)
+    payload = sum(len(d.text) * 4 + 8 * len(json.dumps(dict(d.metadata), ensure_ascii=False)) + e.vectors.shape[0] * 64
                   for d, e in zip(docs, encoded))
     path.mkdir(parents=True)
     env = lmdb.open(str(path / LMDB_DIR), map_size=2 * payload + (64 << 20), subdir=True, lock=False)
@@ -108,7 +116,6 @@ def write_shard(path: Path, docs: Sequence[Document], encoded: Sequence[Encoded]
                     for v in dict.fromkeys(metadata_values(value)):
                         by_value.setdefault(metadata_key(field, v), []).append(i)
             txn.put(_key(b"doc/", i), json.dumps(record, ensure_ascii=False).encode())
-            txn.put(_key(b"vec/", i), enc.vectors.astype(np.float16).tobytes())
             sentences, packed = pack_units(enc.units)
             txn.put(_key(b"sen/", i), sentences.tobytes())
             txn.put(_key(b"unit/", i), packed.tobytes())
@@ -122,7 +129,19 @@ def write_shard(path: Path, docs: Sequence[Document], encoded: Sequence[Encoded]
         txn.put(b"info", json.dumps(info).encode())
     env.sync(True)
     env.close()
+    write_vectors(path / VECTORS, [e.vectors for e in encoded], int(offsets[-1]), dim)
     return info
+
+
+def write_vectors(path: Path, parts: Sequence[np.ndarray], n: int, dim: int) -> None:
+    """The parts' rows, in order, as one float16 (n, dim) .npy file, synced."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float16)),
+                                                 "fortran_order": False, "shape": (n, dim)})
+        for part in parts:
+            f.write(np.ascontiguousarray(part, dtype=np.float16).tobytes())
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def write_deleted(path: Path, ordinals: Sequence[int]) -> None:
@@ -164,16 +183,34 @@ def _close_env(env: lmdb.Environment) -> None:
                 return
 
 
-class ShardStore:
-    """Read access to one shard's LMDB (read-only, safe to share across threads)."""
+Decoder = Callable[[np.ndarray], np.ndarray]  # vector ids -> float32 (n, dim)
 
-    def __init__(self, path: Path) -> None:
+
+class ShardStore:
+    """Read access to one shard's store (read-only, safe to share across threads).
+
+    `decoder` gives the vectors of a shard that keeps no float16 copy (an
+    index built with store="codes"): its ANN index's `ann.decoder`."""
+
+    def __init__(self, path: Path, decoder: Decoder | None = None) -> None:
         self.path = path
         self.env = _open_env(path)
         with self.env.begin() as txn:
             self.info = json.loads(txn.get(b"info"))
             self.offsets = np.frombuffer(txn.get(b"offsets"), dtype=np.int64)
+            legacy = len(self) > 0 and txn.get(_key(b"vec/", 0)) is not None
         self.dim = int(self.info["dim"])
+        self.decoder = decoder
+        file = path / VECTORS
+        self._array = np.load(file, mmap_mode="r") if file.is_file() and self.info["vectors"] else None
+        self._legacy = legacy and self._array is None
+        if self._array is not None and self._array.shape != (self.info["vectors"], self.dim):
+            raise ValueError(f"{file} holds {self._array.shape} vectors, the shard {self.info['vectors']} of dim {self.dim}: the index is damaged")
+
+    @property
+    def has_vectors(self) -> bool:
+        """Whether the shard keeps its vectors (else stage 2 needs a decoder)."""
+        return self._array is not None or self._legacy or not self.info["vectors"]
 
     def __len__(self) -> int:
         return int(self.info["docs"])
@@ -199,17 +236,35 @@ class ShardStore:
         return unpack_units(doc_id, sentences, packed, which)
 
     def vectors(self, ordinals: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(float16 vectors, unit sentence ranges) of each document, one read transaction."""
-        out = []
+        """(vectors, unit sentence ranges) of each document: float16 rows of
+        the stored array (views of the memory map), or float32 rows decoded
+        from the ANN index's codes in one call for all documents."""
+        ordinals = list(ordinals)
         with self.env.begin(buffers=True) as txn:
-            for o in ordinals:
-                vec = np.frombuffer(txn.get(_key(b"vec/", o)), dtype=np.float16).reshape(-1, self.dim).copy()
-                sen = np.frombuffer(txn.get(_key(b"sen/", o)), dtype=np.int32).reshape(-1, 2).copy()
-                out.append((vec, sen))
-        return out
+            sentences = [np.frombuffer(txn.get(_key(b"sen/", o)), dtype=np.int32).reshape(-1, 2).copy() for o in ordinals]
+            if self._legacy:
+                return [(np.frombuffer(txn.get(_key(b"vec/", o)), dtype=np.float16).reshape(-1, self.dim).copy(), sen)
+                        for o, sen in zip(ordinals, sentences)]
+        starts, ends = self.offsets[ordinals], self.offsets[np.asarray(ordinals, dtype=np.int64) + 1]
+        if self._array is not None:
+            return [(self._array[a:b], sen) for a, b, sen in zip(starts.tolist(), ends.tolist(), sentences)]
+        if not self.info["vectors"]:
+            return [(np.zeros((0, self.dim), np.float16), sen) for sen in sentences]
+        if self.decoder is None:
+            raise ValueError(f"{self.path} keeps no vectors (store=codes): open it with its ANN index's decoder")
+        ids = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(starts.tolist(), ends.tolist())] or [np.zeros(0, np.int64)])
+        flat = self.decoder(ids) if len(ids) else np.zeros((0, self.dim), np.float32)
+        bounds = np.concatenate([[0], np.cumsum(ends - starts)])
+        return [(flat[bounds[i] : bounds[i + 1]], sen) for i, sen in enumerate(sentences)]
 
     def iter_vectors(self, chunk_docs: int = 1024) -> Iterator[np.ndarray]:
         """All vectors in vector-id order, a chunk of documents at a time (float32)."""
+        if self._array is not None:
+            for start in range(0, len(self), chunk_docs):
+                a, b = int(self.offsets[start]), int(self.offsets[min(start + chunk_docs, len(self))])
+                if b > a:
+                    yield np.asarray(self._array[a:b], dtype=np.float32)
+            return
         for start in range(0, len(self), chunk_docs):
             parts = [v for v, _ in self.vectors(range(start, min(start + chunk_docs, len(self))))]
             if parts:
@@ -236,6 +291,7 @@ class ShardStore:
                     yield key[3:].decode(), struct.unpack(">I", value)[0]
 
     def close(self) -> None:
+        self._array = None
         if self.env is not None:
             _close_env(self.env)
             self.env = None

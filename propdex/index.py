@@ -56,7 +56,7 @@ class _View:
 class Index:
     """A propdex index directory, open for search and change."""
 
-    def __init__(self, path: str | Path, encoder: "Encoder", *, nprobe: int = 32) -> None:
+    def __init__(self, path: str | Path, encoder: "Encoder", *, nprobe: int | None = None) -> None:
         """Use `Index.create` or `Index.open`."""
         self.path = Path(path)
         self.encoder = encoder
@@ -80,6 +80,7 @@ class Index:
         factory: str | None = None,
         backend: str = "faiss",
         bm25: bool = True,
+        store: str = "float16",
         **encoder_options: Any,
     ) -> "Index":
         """An empty index at `path` (a new or empty directory) whose documents
@@ -89,11 +90,11 @@ class Index:
             encoder = load_encoder(encoder, backbone=backbone, device=device, **encoder_options)
         elif encoder_options:
             raise ValueError("encoder options go with an encoder name, not with a loaded encoder")
-        IndexWriter(path, encoder, shard_docs=shard_docs, factory=factory, backend=backend, bm25=bm25).create()
+        IndexWriter(path, encoder, shard_docs=shard_docs, factory=factory, backend=backend, bm25=bm25, store=store).create()
         return cls(path, encoder)
 
     @classmethod
-    def open(cls, path: str | Path, *, device: str = "auto", nprobe: int = 32, threads: int | None = None) -> "Index":
+    def open(cls, path: str | Path, *, device: str = "auto", nprobe: int | None = None, threads: int | None = None) -> "Index":
         """The index at `path`, with the encoder it was built with; `threads`
         sets the process's FAISS and torch threads (see Searcher.load)."""
         if threads is not None:

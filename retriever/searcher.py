@@ -178,6 +178,8 @@ class Searcher:
                     raise ValueError(f"index {path} is damaged: {s['name']} holds {counts[0]} documents, {counts[1]} stored and "
                                      f"{counts[2]} indexed vectors, its manifest {s['docs']} and {s['vectors']}")
                 shards[-1].index = index
+                if not store.has_vectors:  # store="codes": stage 2 decodes the index's codes
+                    store.decoder = ann.decoder(index)
                 if s.get("deleted"):
                     shards[-1].live = np.ones(len(store), dtype=bool)
                     shards[-1].live[read_deleted(path / s["name"] / s["deleted"])] = False

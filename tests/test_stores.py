@@ -1,0 +1,143 @@
+"""What stage 2 re-scores: the float16 copy (a memory-mapped array per shard)
+or, with store="codes", the ANN index's own codes decoded, so each vector is
+stored once."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from paths import DATA
+
+import propdex
+from propdex.cli import main
+from propdex.encoders import load_encoder
+from propdex.indexer import ann
+from propdex.indexer.build import IndexWriter
+from propdex.indexer.manifest import read_manifest
+from propdex.indexer.readers import read_corpus
+from propdex.indexer.store import VECTORS, ShardStore
+from propdex.retriever import Searcher
+
+SCIFACT = DATA / "beir" / "scifact" / "corpus.jsonl"
+QUERIES = ["cell membrane proteins", "cancer risk in children", "vitamin D deficiency", "brain white matter development",
+           "antibiotic resistance in bacteria", "effects of smoking on the lung"]
+
+
+def _docs(n: int):
+    return [d for _, d in zip(range(n), read_corpus([SCIFACT]))]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory, minilm):
+    """Real MiniLM token vectors of 60 SciFact abstracts, indexed twice with one
+    IVF-PQ factory: stage 2 from float16, and from the codes."""
+    encoder = load_encoder("tokens", backbone=minilm)
+    root = tmp_path_factory.mktemp("stores")
+    docs = _docs(60)
+    for store in ("float16", "codes"):
+        IndexWriter(root / store, encoder, factory="IVF16,PQ96", store=store, bm25=False, shard_docs=40).build(docs)
+    return root, encoder
+
+
+def test_codes_keep_each_vector_once_in_the_same_ann_index(pair):
+    root, _ = pair
+    f16, codes = read_manifest(root / "float16"), read_manifest(root / "codes")
+    assert codes["settings"]["store"] == "codes" and f16["settings"]["store"] == "float16"
+    # The ANN index is the same; only the float16 copy is gone, from the manifest and the disk.
+    assert [s["index_sha256"] for s in codes["shards"]] == [s["index_sha256"] for s in f16["shards"]]
+    assert all(s["stored"] is None and not (root / "codes" / s["name"] / VECTORS).exists() for s in codes["shards"])
+    for s in f16["shards"]:
+        file = root / "float16" / s["name"] / VECTORS
+        assert s["stored"] == VECTORS and file.stat().st_size == s["stored_bytes"]
+        assert np.load(file, mmap_mode="r").shape == (s["vectors"], 384)
+    assert main(["verify", str(root / "codes")]) == 0 and main(["verify", str(root / "float16")]) == 0
+
+
+def test_decoded_vectors_stay_within_the_quantiser_error(pair):
+    """IVF-PQ96 on 384-d (the default code size), trained on these 11k
+    vectors: decoded vectors point where their float16 copies do."""
+    root, _ = pair
+    manifest = read_manifest(root / "float16")
+    s = manifest["shards"][0]
+    exact = ShardStore(root / "float16" / s["name"])
+    decoded = ShardStore(root / "codes" / s["name"])
+    assert exact.has_vectors and not decoded.has_vectors
+    with pytest.raises(ValueError, match="keeps no vectors"):
+        decoded.vectors([0])
+    decoded.decoder = ann.decoder(ann.read_faiss(root / "codes" / s["name"] / s["index"]))
+    ordinals = list(range(len(exact)))
+    a = np.concatenate([v for v, _ in exact.vectors(ordinals)]).astype(np.float32)
+    b = np.concatenate([v for v, _ in decoded.vectors(ordinals)])
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert len(a) == s["vectors"] and cos.mean() > 0.8 and cos.min() > 0.4, (cos.mean(), cos.min())
+    # Rows come back per document, in the order asked, unit records alongside.
+    for (va, sa), (vb, sb) in zip(exact.vectors([5, 2]), decoded.vectors([5, 2])):
+        assert va.shape == vb.shape and np.array_equal(sa, sb)
+    exact.close()
+    decoded.close()
+
+
+def test_stage_two_from_codes_ranks_as_from_float16(pair):
+    """On real queries the two stores rank the same candidates nearly alike
+    (scores from codes run lower: a decoded vector is shorter than its own)."""
+    root, encoder = pair
+    with Searcher.load(root / "float16", encoder=encoder) as f16, Searcher.load(root / "codes", encoder=encoder) as codes:
+        top1 = 0
+        for q in QUERIES:
+            a = {h.doc_id: h.score for h in f16.search(q, k=20)}
+            b = {h.doc_id: h.score for h in codes.search(q, k=20)}
+            top1 += next(iter(a)) == next(iter(b))
+            shared = [d for d in a if d in b]
+            assert len(shared) >= 15
+            ra = np.argsort(np.argsort([a[d] for d in shared]))
+            rb = np.argsort(np.argsort([b[d] for d in shared]))
+            assert np.corrcoef(ra, rb)[0, 1] > 0.8  # Spearman's rho of the shared candidates
+        assert top1 >= len(QUERIES) - 1
+
+
+@pytest.mark.parametrize("backend", ["faiss", "hnsw"])
+def test_flat_and_hnsw_codes_are_the_vectors_and_a_living_index_keeps_working(tmp_path, tiny, backend):
+    """Flat and HNSW hold float32 vectors: store="codes" scores exactly, and
+    add, delete and compact (from decoded vectors) give a fresh build's results."""
+    encoder = load_encoder("tokens", backbone=tiny)
+    docs = _docs(24)
+    index = propdex.Index.create(tmp_path / "codes", encoder, shard_docs=8, store="codes", backend=backend)
+    index.add(docs[:16])
+    index.add(docs[16:])
+    index.delete([docs[3].id])
+    index.compact()
+    live = [d for d in docs if d.id != docs[3].id]
+    IndexWriter(tmp_path / "fresh", encoder, shard_docs=8, backend=backend).build(live)
+    with Searcher.load(tmp_path / "fresh", encoder=encoder) as fresh:
+        for q in QUERIES[:3]:
+            expected = [(h.doc_id, round(h.score, 2)) for h in fresh.search(q, k=8)]
+            assert [(h.doc_id, round(h.score, 2)) for h in index.search(q, k=8)] == expected
+    assert not list((tmp_path / "codes").glob(f"shard-*/{VECTORS}"))
+    assert main(["verify", str(tmp_path / "codes")]) == 0
+    index.close()
+
+
+def test_a_truncated_vector_file_is_caught_at_load(tmp_path, tiny):
+    encoder = load_encoder("single", backbone=tiny)
+    IndexWriter(tmp_path / "ix", encoder, bm25=False).build(_docs(10))
+    file = tmp_path / "ix" / "shard-00000" / VECTORS
+    file.write_bytes(file.read_bytes()[:-64])
+    with pytest.raises(ValueError, match="damaged"):
+        Searcher.load(tmp_path / "ix", encoder=encoder)
+
+
+def test_store_is_checked_and_kept_by_later_writers(tmp_path, tiny):
+    encoder = load_encoder("single", backbone=tiny)
+    with pytest.raises(ValueError, match="unknown store 'int4'"):
+        IndexWriter(tmp_path / "bad", encoder, store="int4")
+    IndexWriter(tmp_path / "ix", encoder, store="codes", bm25=False).build(_docs(6))
+    writer = IndexWriter.open(tmp_path / "ix", encoder)
+    assert writer.settings["store"] == "codes"
+    writer.close()
+    with pytest.raises(ValueError, match="other settings"):
+        IndexWriter(tmp_path / "ix", encoder, store="float16", bm25=False)
+    index = propdex.Index(tmp_path / "ix", encoder)
+    index.add([replace(_docs(7)[6], id="new")])
+    assert not list((tmp_path / "ix").glob(f"shard-*/{VECTORS}")) and "new" in index
+    index.close()
