@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from propdex.encoders import Document, flag, load_encoder, recorded_config
+from propdex.encoders import ENCODERS, Document, flag, load_encoder, recorded_config
 from propdex.encoders.spec import split_spec
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.lexical import BM25, document_text
@@ -53,6 +53,21 @@ SEARCH_OPTIONS = ("nprobe", "bm25")
 # Options of a whole system (after fusion): fusion=rrf|minmax, hops=1|2.
 PIPELINE_OPTIONS = ("fusion", "hops")
 SPEC_GRAMMAR = "NAME[:option=value...][+NAME[:option=value...]...]"
+_SYSTEM_NAMES = {"bm25", *ENCODERS}
+
+
+def split_systems(text: str) -> list[str]:
+    """The systems of a comma-separated list. A FAISS factory holds commas of
+    its own (`tokens:factory=IVF4096,PQ64,single`): a piece that has no
+    option and names no system continues the factory before it."""
+    out: list[str] = []
+    for piece in (p for p in text.split(",") if p):
+        head = piece.split("+")[0]
+        if out and ":" not in head and head not in _SYSTEM_NAMES and out[-1].split("+")[-1].split(":")[-1].startswith("factory="):
+            out[-1] += "," + piece
+        else:
+            out.append(piece)
+    return out
 
 
 @dataclass
@@ -448,7 +463,7 @@ def _run(args) -> int:
     if args.task in ("rr", "reconstruction"):
         return _run_nugget_task(args, command)
     result = evaluate(
-        args.task, args.path, [s for s in args.systems.split(",") if s], level=args.level, limit=args.limit,
+        args.task, args.path, split_systems(args.systems), level=args.level, limit=args.limit,
         work=args.work, device=args.device, command=command,
     )
     table = markdown(result)
