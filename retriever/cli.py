@@ -117,6 +117,7 @@ def summary(path: Path) -> dict:
         "encoder": m["encoder"],
         "backbone": m["backbone"],
         "index": m["index"],
+        "store": m["settings"].get("store", "float16"),  # what stage 2 re-scores: a float16 copy, or the index's codes
         "bm25": {k: v for k, v in (m.get("lexical") or {}).items() if k != "files"} or None,
         "counts": m.get("counts", {}),
         "skipped": m.get("skipped", {}),

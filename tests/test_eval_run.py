@@ -5,7 +5,7 @@ import pytest
 
 from conftest import HOTPOT
 from propdex.cli import main
-from propdex.eval.run import System, evaluate, markdown
+from propdex.eval.run import System, evaluate, markdown, split_systems
 from paths import DATA
 
 
@@ -13,6 +13,15 @@ def test_system_specs_parse_options():
     s = System.parse("tokens:factory=Flat:nprobe=8")
     assert (s.name, s.options) == ("tokens", {"factory": "Flat", "nprobe": "8"})
     assert s.mask_aware() and not System.parse("single").mask_aware() and System.parse("single:mask=1").mask_aware()
+
+
+def test_a_factory_keeps_its_commas_in_a_list_of_systems():
+    assert split_systems("tokens,tokens:store=codes:factory=IVF4096,PQ64,single,bm25") == [
+        "tokens", "tokens:store=codes:factory=IVF4096,PQ64", "single", "bm25"]
+    assert split_systems("single:factory=OPQ96,IVF4096,PQ96+bm25,nugget:ratio=0.1") == [
+        "single:factory=OPQ96,IVF4096,PQ96+bm25", "nugget:ratio=0.1"]
+    # Without a factory before it, a piece that names no system stays a system (and fails as one).
+    assert split_systems("single,PQ64") == ["single", "PQ64"]
 
 
 @pytest.mark.slow
