@@ -48,8 +48,9 @@ DEFAULT_LEVEL = {"hotpotqa": "doc", "beir": "doc", "propsegment": "unit"}
 # at least 5x deeper than the deepest cut-off (R@20).
 PROPSEGMENT_DEPTH = 100
 # Options that change how an index is searched, not the index: its build is reused.
-# bm25=N: re-rank exactly BM25's top N per query instead of the ANN's candidates.
-SEARCH_OPTIONS = ("nprobe", "bm25")
+# bm25=N: re-rank exactly BM25's top N per query instead of the ANN's candidates;
+# exact=1: re-score every document for every query (no stage 1: stage 2's reference).
+SEARCH_OPTIONS = ("nprobe", "bm25", "exact")
 # Options of a whole system (after fusion): fusion=rrf|minmax, hops=1|2.
 PIPELINE_OPTIONS = ("fusion", "hops")
 SPEC_GRAMMAR = "NAME[:option=value...][+NAME[:option=value...]...]"
@@ -223,6 +224,9 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     search_level = "doc" if task.prop_text else level
     queries = queries_for(task, system)
     pools = bm25_pools(task, int(system.options["bm25"]), system.titles()) if "bm25" in system.options else None
+    if flag(system.options.get("exact", False)):
+        every = [d.id for d in corpus]
+        pools = {q.id: every for q in task.queries}
     rankings, scores, latencies = {}, {}, []
     for q, query in zip(task.queries, queries):
         t = time.perf_counter()
