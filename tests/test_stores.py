@@ -141,3 +141,14 @@ def test_store_is_checked_and_kept_by_later_writers(tmp_path, tiny):
     index.add([replace(_docs(7)[6], id="new")])
     assert not list((tmp_path / "ix").glob(f"shard-*/{VECTORS}")) and "new" in index
     index.close()
+
+
+def test_an_opq_rotation_is_undone_for_the_whole_batch_as_faiss_undoes_it_per_vector():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4000, 32)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    index = ann.fill(ann.train("OPQ8,IVF8,PQ8", x), [x])
+    ids = np.array([3, 0, 3999, 17], dtype=np.int64)
+    decoded = ann.decoder(index)(ids)
+    assert np.allclose(decoded, index.reconstruct_batch(ids), atol=1e-5)
+    assert ((decoded * x[ids]).sum(1) > 0.5).all()  # and they are the vectors, roughly
