@@ -174,16 +174,18 @@ def decoder(index: Any) -> Callable[[np.ndarray], np.ndarray]:
     HNSW give the vectors they hold."""
     if isinstance(index, HnswIndex):
         return lambda ids: np.asarray(index.index.get_items(ids), dtype=np.float32).reshape(len(ids), -1)
-    index = faiss.downcast_index(index)
-    if isinstance(index, faiss.IndexPreTransform):
+    # A downcast wrapper (and a sub-index's) does not own its C++ index:
+    # every closure below holds `index`, which does.
+    typed = faiss.downcast_index(index)
+    if isinstance(typed, faiss.IndexPreTransform):
         # FAISS undoes the transform (OPQ's rotation) one vector at a time
         # in reconstruct_batch: decode the inner codes, then undo it for all at once.
-        inner = decoder(index.index)
+        inner = decoder(typed.index)
 
-        def undo(ids: np.ndarray) -> np.ndarray:
+        def undo(ids: np.ndarray, owner: Any = index) -> np.ndarray:
             xt = np.ascontiguousarray(inner(ids), dtype=np.float32)
-            x = np.empty((len(ids), index.d), dtype=np.float32)
-            index.reverse_chain(len(ids), faiss.swig_ptr(xt), faiss.swig_ptr(x))
+            x = np.empty((len(ids), typed.d), dtype=np.float32)
+            typed.reverse_chain(len(ids), faiss.swig_ptr(xt), faiss.swig_ptr(x))
             return x
 
         return undo

@@ -152,3 +152,18 @@ def test_an_opq_rotation_is_undone_for_the_whole_batch_as_faiss_undoes_it_per_ve
     decoded = ann.decoder(index)(ids)
     assert np.allclose(decoded, index.reconstruct_batch(ids), atol=1e-5)
     assert ((decoded * x[ids]).sum(1) > 0.5).all()  # and they are the vectors, roughly
+
+
+def test_a_decoder_keeps_the_index_it_reads_alive():
+    """FAISS's downcast and sub-index wrappers do not own their C++ index:
+    a decoder of a temporary index must hold it (this crashed once)."""
+    import gc
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3000, 16)).astype(np.float32)
+    for factory in ("IVF4,PQ4", "OPQ4,IVF4,PQ4", "Flat"):
+        decode = ann.decoder(faiss_copy := ann.fill(ann.train(factory, x), [x]))
+        expected = faiss_copy.reconstruct_batch(np.arange(5, dtype=np.int64))
+        del faiss_copy
+        gc.collect()
+        np.testing.assert_allclose(decode(np.arange(5, dtype=np.int64)), expected, atol=1e-5)
