@@ -241,7 +241,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     # What stage 1 and stage 2 read, all in: ANN index, float16 copy, document offsets (not the text).
     # (Indexes from before the float16 file kept that copy in LMDB, unlisted: 2 * dim bytes a vector.)
     all_in = index_bytes + 8 * sum(s["docs"] + 1 for s in manifest["shards"])
-    all_in += sum(s.get("stored_bytes") or 0 if "stored" in s else 2 * encoder.dim * s["vectors"] for s in manifest["shards"])
+    all_in += sum((s.get("stored_bytes") or 0) if "stored" in s else 2 * encoder.dim * s["vectors"] for s in manifest["shards"])
     searcher.close()
     return Outcome(rankings, scores, latencies, {
         "vectors": counts["vectors"],

@@ -116,6 +116,11 @@ def fill(trained: faiss.Index, chunks: Iterable[np.ndarray]) -> faiss.Index:
     return faiss.index_gpu_to_cpu(gpu) if gpu is not None else index
 
 
+def read_shard_index(path: Path, dim: int, n: int, mmap: bool = False) -> Any:
+    """A shard's stage-1 index file, by its name: hnswlib's (.hnsw) or FAISS's."""
+    return HnswIndex(path, dim, n) if path.name.endswith(".hnsw") else read_faiss(path, mmap)
+
+
 def write_faiss(index: faiss.Index, path: Path) -> None:
     faiss.write_index(index, str(path))
 

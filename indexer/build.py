@@ -424,7 +424,7 @@ class IndexWriter:
             s["index"], s["index_sha256"] = file, sha256_file(self.out / s["name"] / file)
             s["index_bytes"] = (self.out / s["name"] / file).stat().st_size
             s["add_s"] = round(time.time() - started, 3)
-            if self.settings.get("store", "float16") == "codes" and s.get("stored"):
+            if self.settings["store"] == "codes" and s.get("stored"):
                 dropped.append(self.out / s["name"] / s["stored"])
                 s.update(stored=None, stored_sha256=None, stored_bytes=None)
             if commit:
@@ -603,8 +603,7 @@ class IndexWriter:
         store = ShardStore(self.out / shard["name"])
         if not store.has_vectors:
             path = self.out / shard["name"] / shard["index"]
-            index = ann.HnswIndex(path, store.dim, shard["vectors"]) if shard["index"].endswith(".hnsw") else ann.read_faiss(path)
-            store.decoder = ann.decoder(index)
+            store.decoder = ann.decoder(ann.read_shard_index(path, store.dim, shard["vectors"]))
         return store
 
     def _require_complete(self, what: str) -> None:

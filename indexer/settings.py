@@ -32,7 +32,6 @@ class IndexSettings:
     bm25: bool = True  # a BM25 index beside the vectors
     store: str = "float16"  # what stage 2 re-scores: a float16 copy of every vector, or the ANN index's own codes
 
-
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, convert(getattr(self, f.name), {"shard_docs": int, "factory": str | None,

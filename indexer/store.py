@@ -189,10 +189,10 @@ Decoder = Callable[[np.ndarray], np.ndarray]  # vector ids -> float32 (n, dim)
 class ShardStore:
     """Read access to one shard's store (read-only, safe to share across threads).
 
-    `decoder` gives the vectors of a shard that keeps no float16 copy (an
-    index built with store="codes"): its ANN index's `ann.decoder`."""
+    `decoder`, set by whoever opens the shard's ANN index, gives the vectors
+    of a shard that keeps no float16 copy (store="codes"): `ann.decoder`."""
 
-    def __init__(self, path: Path, decoder: Decoder | None = None) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
         self.env = _open_env(path)
         with self.env.begin() as txn:
@@ -200,7 +200,7 @@ class ShardStore:
             self.offsets = np.frombuffer(txn.get(b"offsets"), dtype=np.int64)
             legacy = len(self) > 0 and txn.get(_key(b"vec/", 0)) is not None
         self.dim = int(self.info["dim"])
-        self.decoder = decoder
+        self.decoder: Decoder | None = None
         file = path / VECTORS
         self._array = np.load(file, mmap_mode="r") if file.is_file() and self.info["vectors"] else None
         self._legacy = legacy and self._array is None

@@ -172,7 +172,7 @@ class Searcher:
                 store = ShardStore(path / s["name"])
                 shards.append(_Shard(s["name"], store, None))
                 file = path / s["name"] / s["index"]
-                index = ann.HnswIndex(file, store.dim, s["vectors"]) if s["index"].endswith(".hnsw") else ann.read_faiss(file, mmap)
+                index = ann.read_shard_index(file, store.dim, s["vectors"], mmap)
                 counts = (len(store), int(store.info["vectors"]), index.ntotal)
                 if counts != (s["docs"], s["vectors"], s["vectors"]):
                     raise ValueError(f"index {path} is damaged: {s['name']} holds {counts[0]} documents, {counts[1]} stored and "
