@@ -41,6 +41,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +54,7 @@ from . import ann, lexical
 from .manifest import FORMAT, FORMAT_VERSION, library_versions, read_manifest, sha256_file, write_manifest
 from .readers import Record, Skip
 from .settings import IndexSettings
-from .store import LMDB_DIR, VECTORS, ShardStore, read_deleted, write_deleted, write_shard
+from .store import LMDB_DIR, VECTORS, ShardStore, ShardWriter, read_deleted, write_deleted
 
 if TYPE_CHECKING:
     from propdex.encoders import Encoder
@@ -65,6 +66,8 @@ LOCK = "write.lock"
 EXAMPLES_PER_REASON = 10
 QUIET_SKIPS = {"redirect", "namespace"}  # expected in every dump: counted, not shouted
 
+
+ENCODE_DOCS = 256  # documents encoded and written at a time: a build's memory does not grow with its shards
 
 SETTINGS = ("shard_docs", "factory", "backend", "bm25", "store")  # what a writer of an existing index takes from its manifest
 
@@ -320,32 +323,46 @@ class IndexWriter:
             docs, n_inputs, skipped, examples = _take(stream, want, seen)
             if n_inputs == 0:
                 break
-            shards.append(self._write_shard(self._next_shard(), docs, n_inputs, skipped, examples))
+            shards.append(self._write_shard(self._next_shard(), self._encoded(docs, bar), n_inputs, skipped, examples))
             self._commit()
             done_docs += len(docs)
-            bar.update(len(docs))
         bar.close()
 
     def _next_shard(self) -> int:
         return max((int(s["name"].split("-")[1]) + 1 for s in self.manifest["shards"]), default=0)
 
-    def _write_shard(self, number: int, docs: list[Document], n_inputs: int, skipped: Counter, examples: dict,
-                     encoded: list[Encoded] | None = None) -> dict[str, Any]:
-        """Encode `docs` (unless `encoded` is given) into shard `number`, in
-        place but not committed: the caller lists the entry returned."""
-        started = time.time()
+    def _encoded(self, docs: list[Document], bar: tqdm | None = None) -> Iterator[tuple[list[Document], list[Encoded], int]]:
+        """`docs` encoded ENCODE_DOCS at a time: (documents, their vectors and units, passages read)."""
         encoder = self.encoder
-        passages = 0
-        if encoded is None:
-            passages_per_doc = [encoder.passages(d) for d in docs]
+        for start in range(0, len(docs), ENCODE_DOCS):
+            chunk = docs[start : start + ENCODE_DOCS]
+            passages_per_doc = [encoder.passages(d) for d in chunk]
             flat = [p for ps in passages_per_doc for p in ps]
-            encoded_flat = iter(encoder.encode(flat, progress=len(flat) > 64))
-            encoded = [_concat([next(encoded_flat) for _ in ps], encoder.dim) for ps in passages_per_doc]
-            passages = len(flat)
+            encoded_flat = iter(encoder.encode(flat))
+            yield chunk, [_concat([next(encoded_flat) for _ in ps], encoder.dim) for ps in passages_per_doc], len(flat)
+            if bar is not None:
+                bar.update(len(chunk))
+
+    def _write_shard(self, number: int, batches: Iterable[tuple[list[Document], list[Encoded], int]], n_inputs: int,
+                     skipped: Counter, examples: dict) -> dict[str, Any]:
+        """Write `batches` (documents, their encodings, passages read) into
+        shard `number`, in place but not committed: the caller lists the
+        entry returned. A batch is written before the next is made, so a
+        shard's vectors are never in memory together."""
+        started = time.time()
         name = shard_name(number)
         tmp = self.out / f"{name}.tmp"
         _remove(tmp)
-        info = write_shard(tmp, docs, encoded, encoder.dim)
+        writer = ShardWriter(tmp, self.encoder.dim)
+        passages, repaired = 0, Counter()
+        try:
+            for docs, encoded, read in batches:
+                writer.add(docs, encoded)
+                passages += read
+                repaired.update(r for d in docs for r in d.repairs)
+            info = writer.finish()
+        finally:
+            writer.close()
         tmp.rename(self.out / name)
         return {
             "name": name,
@@ -356,7 +373,7 @@ class IndexWriter:
             "passages": passages,
             "skipped": dict(skipped),
             "skipped_examples": examples,
-            "repaired": dict(Counter(r for d in docs for r in d.repairs)),
+            "repaired": dict(repaired),
             "lmdb_sha256": sha256_file(self.out / name / LMDB_DIR / "data.mdb"),
             "lmdb_bytes": (self.out / name / LMDB_DIR / "data.mdb").stat().st_size,
             "stored": VECTORS,
@@ -504,11 +521,13 @@ class IndexWriter:
                 raise ValueError(f"{len(found)} of the documents are in {self.out} already ({shown}); "
                                  f"update them instead (Index.update, `propdex add --update`)")
             new = []
+            bar = tqdm(desc="add", unit="doc", total=len(docs), dynamic_ncols=True, disable=len(docs) <= ENCODE_DOCS)
             for start in range(0, len(docs), self.settings["shard_docs"]):
                 chunk = docs[start : start + self.settings["shard_docs"]]
                 first = not new
-                new.append(self._write_shard(self._next_shard() + len(new), chunk, n_inputs if first else 0,
+                new.append(self._write_shard(self._next_shard() + len(new), self._encoded(chunk, bar), n_inputs if first else 0,
                                              skipped if first else Counter(), examples if first else {}))
+            bar.close()
             if not new and not skipped:
                 return {"added": 0, "replaced": 0, "skipped": {}}
             if not new:  # all skipped: nothing to commit, but say so
@@ -553,31 +572,26 @@ class IndexWriter:
             rewrite = [s for s in shards if s.get("deleted_docs") or (len(small) > 1 and s in small)]
             if not rewrite:
                 return {"rewritten": 0, "removed": 0, "shards": len(shards)}
-            docs: list[Document] = []
-            encoded: list[Encoded] = []
-            new: list[dict[str, Any]] = []
-            number = self._next_shard()
+            live = [(s, o) for s in rewrite for o in sorted(set(range(s["docs"])) - set(self._deleted(s).tolist()))]
+            stores = {s["name"]: self._store(s) for s in rewrite}
 
-            def flush() -> None:
-                if docs:
-                    new.append(self._write_shard(number + len(new), docs, 0, Counter(), {}, list(encoded)))
-                    docs.clear()
-                    encoded.clear()
+            def stored(pairs: list[tuple[dict[str, Any], int]]) -> Iterator[tuple[list[Document], list[Encoded], int]]:
+                for start in range(0, len(pairs), ENCODE_DOCS):
+                    docs, encoded = [], []
+                    for name, group in groupby(pairs[start : start + ENCODE_DOCS], key=lambda pair: pair[0]["name"]):
+                        store, ordinals = stores[name], [o for _, o in group]
+                        for o, (vectors, _) in zip(ordinals, store.vectors(ordinals)):  # one decoder call per shard
+                            docs.append(store.document(o))
+                            encoded.append(Encoded(np.asarray(vectors, dtype=np.float32), store.units(o)))
+                    yield docs, encoded, 0
 
-            for s in tqdm(rewrite, desc="compact", unit="shard", disable=len(rewrite) < 2):
-                store = self._store(s)
-                dead = set(self._deleted(s).tolist())
-                for o in range(s["docs"]):
-                    if o in dead:
-                        continue
-                    doc = store.document(o)
-                    (vectors, _), = store.vectors([o])
-                    docs.append(doc)
-                    encoded.append(Encoded(vectors.astype(np.float32), store.units(o)))
-                    if len(docs) == self.settings["shard_docs"]:
-                        flush()
-                store.close()
-            flush()
+            number, size = self._next_shard(), self.settings["shard_docs"]
+            try:
+                new = [self._write_shard(number + i, stored(live[start : start + size]), 0, Counter(), {})
+                       for i, start in enumerate(tqdm(range(0, len(live), size), desc="compact", unit="shard", disable=len(live) <= size))]
+            finally:
+                for store in stores.values():
+                    store.close()
             dropped = self._add(new, commit=False)
             removed = sum(s.get("deleted_docs", 0) for s in rewrite)
             # The first new shard carries what the rewritten ones recorded of their inputs.

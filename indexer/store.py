@@ -96,52 +96,90 @@ class StoredDoc:
     unit_sentences: np.ndarray  # int32 (n, 2)
 
 
-def write_shard(path: Path, docs: Sequence[Document], encoded: Sequence[Encoded], dim: int) -> dict:
-    """Write a complete shard store at `path` (a fresh directory) in one transaction."""
-    payload = sum(len(d.text) * 4 + 8 * len(json.dumps(dict(d.metadata), ensure_ascii=False)) + e.vectors.shape[0] * 64
-                  for d, e in zip(docs, encoded))
-    path.mkdir(parents=True)
-    env = lmdb.open(str(path / LMDB_DIR), map_size=2 * payload + (64 << 20), subdir=True, lock=False)
-    offsets = np.zeros(len(docs) + 1, dtype=np.int64)
-    n_sentences = 0
-    by_value: dict[bytes, list[int]] = {}
-    with env.begin(write=True) as txn:
-        for i, (doc, enc) in enumerate(zip(docs, encoded)):
-            record = {"id": doc.id, "title": doc.title, "text": doc.text, "sentences": doc.sentences}
-            if doc.focus:
-                record["focus"] = doc.focus
-            if doc.metadata:
-                record["metadata"] = dict(doc.metadata)
-                for field, value in doc.metadata.items():
-                    for v in dict.fromkeys(metadata_values(value)):
-                        by_value.setdefault(metadata_key(field, v), []).append(i)
-            txn.put(_key(b"doc/", i), json.dumps(record, ensure_ascii=False).encode())
-            sentences, packed = pack_units(enc.units)
-            txn.put(_key(b"sen/", i), sentences.tobytes())
-            txn.put(_key(b"unit/", i), packed.tobytes())
-            txn.put(b"id/" + doc.id.encode(), struct.pack(">I", i))
-            offsets[i + 1] = offsets[i] + len(enc.units)
-            n_sentences += len(doc.sentences)
-        for key, ordinals in by_value.items():
-            txn.put(key, np.array(ordinals, dtype=np.int32).tobytes())
-        info = {"docs": len(docs), "vectors": int(offsets[-1]), "dim": dim, "sentences": n_sentences}
-        txn.put(b"offsets", offsets.tobytes())
-        txn.put(b"info", json.dumps(info).encode())
-    env.sync(True)
-    env.close()
-    write_vectors(path / VECTORS, [e.vectors for e in encoded], int(offsets[-1]), dim)
-    return info
+class ShardWriter:
+    """A shard store written a batch of documents at a time, so that a
+    shard's vectors and unit records are never in memory all at once: each
+    `add` commits its documents to LMDB and appends their rows to the float16
+    array, and `finish` writes what needs the whole shard (offsets, info,
+    the metadata postings, the array's final shape), then syncs.
+
+    The shard is whole only after `finish`; the caller writes it in a fresh
+    directory aside (`<name>.tmp`) and renames it into place, so a killed
+    build never leaves a shard half-written where a manifest could list it."""
+
+    def __init__(self, path: Path, dim: int) -> None:
+        path.mkdir(parents=True)
+        self.path, self.dim = path, dim
+        self.env = lmdb.open(str(path / LMDB_DIR), map_size=64 << 20, subdir=True, lock=False)
+        self.offsets = [0]
+        self.sentences = 0
+        self.by_value: dict[bytes, list[int]] = {}
+        self.vectors = open(path / VECTORS, "wb")
+        self.vectors.write(_npy_header(0, dim))  # rewritten with the row count by finish()
+
+    def add(self, docs: Sequence[Document], encoded: Sequence[Encoded]) -> None:
+        self._reserve(sum(len(d.text) * 4 + 8 * len(json.dumps(dict(d.metadata), ensure_ascii=False)) + e.vectors.shape[0] * 64
+                          for d, e in zip(docs, encoded)))
+        with self.env.begin(write=True) as txn:
+            for doc, enc in zip(docs, encoded):
+                i = len(self.offsets) - 1
+                record = {"id": doc.id, "title": doc.title, "text": doc.text, "sentences": doc.sentences}
+                if doc.focus:
+                    record["focus"] = doc.focus
+                if doc.metadata:
+                    record["metadata"] = dict(doc.metadata)
+                    for field, value in doc.metadata.items():
+                        for v in dict.fromkeys(metadata_values(value)):
+                            self.by_value.setdefault(metadata_key(field, v), []).append(i)
+                txn.put(_key(b"doc/", i), json.dumps(record, ensure_ascii=False).encode())
+                sentences, packed = pack_units(enc.units)
+                txn.put(_key(b"sen/", i), sentences.tobytes())
+                txn.put(_key(b"unit/", i), packed.tobytes())
+                txn.put(b"id/" + doc.id.encode(), struct.pack(">I", i))
+                self.offsets.append(self.offsets[-1] + len(enc.units))
+                self.sentences += len(doc.sentences)
+                self.vectors.write(np.ascontiguousarray(enc.vectors, dtype="<f2").tobytes())
+
+    def finish(self) -> dict:
+        offsets = np.asarray(self.offsets, dtype=np.int64)
+        info = {"docs": len(offsets) - 1, "vectors": int(offsets[-1]), "dim": self.dim, "sentences": self.sentences}
+        self._reserve(offsets.nbytes + 8 * sum(len(k) + 4 * len(v) for k, v in self.by_value.items()))
+        with self.env.begin(write=True) as txn:
+            for key, ordinals in self.by_value.items():
+                txn.put(key, np.array(ordinals, dtype=np.int32).tobytes())
+            txn.put(b"offsets", offsets.tobytes())
+            txn.put(b"info", json.dumps(info).encode())
+        self.env.sync(True)
+        self.env.close()
+        self.vectors.seek(0)
+        self.vectors.write(_npy_header(info["vectors"], self.dim))
+        self.vectors.flush()
+        os.fsync(self.vectors.fileno())
+        self.vectors.close()
+        return info
+
+    def close(self) -> None:
+        """Release the files of a writer that will not finish (its directory is the caller's to remove)."""
+        if not self.vectors.closed:
+            self.vectors.close()
+            self.env.close()
+
+    def _reserve(self, payload: int) -> None:
+        """Grow the LMDB map (with no transaction open) so `payload` bytes fit twice over."""
+        info, stat = self.env.info(), self.env.stat()
+        used = (info["last_pgno"] + 1) * stat["psize"]
+        if used + 2 * payload + (16 << 20) > info["map_size"]:
+            self.env.set_mapsize(2 * (used + 2 * payload) + (64 << 20))
 
 
-def write_vectors(path: Path, parts: Sequence[np.ndarray], n: int, dim: int) -> None:
-    """The parts' rows, in order, as one float16 (n, dim) .npy file, synced."""
-    with open(path, "wb") as f:
-        np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float16)),
-                                                 "fortran_order": False, "shape": (n, dim)})
-        for part in parts:
-            f.write(np.ascontiguousarray(part, dtype=np.float16).tobytes())
-        f.flush()
-        os.fsync(f.fileno())
+_HEADER_BYTES = 128  # a .npy v1.0 header of fixed length, so finish() rewrites it in place
+
+
+def _npy_header(rows: int, dim: int) -> bytes:
+    """The .npy header of a little-endian float16 (rows, dim) array."""
+    body = repr({"descr": "<f2", "fortran_order": False, "shape": (rows, dim)})
+    body = body.ljust(_HEADER_BYTES - 11) + "\n"  # magic 6 + version 2 + length 2 + body + newline
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(body)) + body.encode("latin1")
 
 
 def write_deleted(path: Path, ordinals: Sequence[int]) -> None:

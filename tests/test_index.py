@@ -51,6 +51,32 @@ def test_build_writes_shards_manifest_and_exact_store(tmp_path, tiny, hotpot_doc
     assert sen.tolist() == [[u.sentence, u.last_sentence] for e in expected for u in e.units]
 
 
+def test_a_shard_is_written_a_few_documents_at_a_time(tmp_path, tiny, hotpot_docs, monkeypatch):
+    """A shard's vectors never sit in memory together: the writer gets them
+    ENCODE_DOCS documents at a time, and the shard is the one a single batch writes."""
+    from propdex.indexer import build as build_module
+
+    _, whole = build(tmp_path, tiny, hotpot_docs[:40], name="whole", shard_docs=40)
+    batches = []
+    real_add = build_module.ShardWriter.add
+
+    def add(self, docs, encoded):
+        batches.append(len(docs))
+        real_add(self, docs, encoded)
+
+    monkeypatch.setattr(build_module, "ENCODE_DOCS", 7)
+    monkeypatch.setattr(build_module.ShardWriter, "add", add)
+    _, streamed = build(tmp_path, tiny, hotpot_docs[:40], name="streamed", shard_docs=40)
+    assert batches == [7, 7, 7, 7, 7, 5]
+    assert streamed["counts"] == whole["counts"] and len(streamed["shards"]) == 1
+    a, b = ShardStore(tmp_path / "whole" / "shard-00000"), ShardStore(tmp_path / "streamed" / "shard-00000")
+    assert b.offsets.tolist() == a.offsets.tolist()
+    assert [b.document(o) for o in range(40)] == [a.document(o) for o in range(40)]
+    assert [b.units(o) for o in range(40)] == [a.units(o) for o in range(40)]
+    np.testing.assert_allclose(np.concatenate(list(b.iter_vectors())), np.concatenate(list(a.iter_vectors())), atol=2e-3)
+    assert np.load(tmp_path / "streamed" / "shard-00000" / "vectors.f16", mmap_mode="r").shape == (streamed["counts"]["vectors"], tiny.dim)
+
+
 def test_search_levels_agree_with_brute_force_maxsim(tmp_path, tiny, hotpot_docs):
     enc, _ = build(tmp_path, tiny, hotpot_docs)
     query = "Which American director was born in 1966?"

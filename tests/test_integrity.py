@@ -164,20 +164,21 @@ def test_a_full_disk_is_one_line_and_the_build_resumes(tmp_path, tiny_dir, hotpo
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in hotpot_docs[:6]))
     args = ["-q", "index", str(corpus), "--out", str(tmp_path / "ix"), "--backbone", str(tiny_dir), "--device", "cpu", "--shard-docs", "3"]
-    real, calls = build_module.write_shard, []
+    real, calls = build_module.ShardWriter, []
 
-    def second_shard_fills_the_disk(path, *a, **kw):
-        calls.append(path)
-        if len(calls) == 2:
-            raise OSError(errno.ENOSPC, "No space left on device", str(path / "meta.lmdb"))
-        return real(path, *a, **kw)
+    class SecondShardFillsTheDisk(real):
+        def add(self, docs, encoded):
+            calls.append(self.path)
+            if len(calls) == 2:
+                raise OSError(errno.ENOSPC, "No space left on device", str(self.path / "meta.lmdb"))
+            super().add(docs, encoded)
 
-    monkeypatch.setattr(build_module, "write_shard", second_shard_fills_the_disk)
+    monkeypatch.setattr(build_module, "ShardWriter", SecondShardFillsTheDisk)
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert "propdex: error: no space left on the device writing " in err and "resumes" in err and "Traceback" not in err
     assert len(read_manifest(tmp_path / "ix")["shards"]) == 1
-    monkeypatch.setattr(build_module, "write_shard", real)
+    monkeypatch.setattr(build_module, "ShardWriter", real)
     assert main(args) == 0
     assert read_manifest(tmp_path / "ix")["counts"]["documents"] == 6
 
