@@ -11,6 +11,9 @@
 5. The CPU runtimes (`--runtime torch|onnx|onnx-int8`): docs/s of the
    whole `single` indexing pipeline on the same documents, each against
    eager torch, and how far each runtime's vectors are from torch's.
+6. With `--peers` (eval.peers): propdex, exact MaxSim and each peer
+   (colbert-plaid) on the same token vectors, queries and threads:
+   nDCG@10, bytes per vector all in, p50/p95, build seconds, peak RSS.
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ from propdex.indexer.manifest import read_manifest
 from propdex.indexer.readers import read_corpus
 from propdex.retriever import Searcher
 
-from .datasets import beir_queries
+from .datasets import beir_queries, load_beir
+from .peers import PEERS, missing_peers, side_by_side
 from .run import run_versions
 
 if TYPE_CHECKING:
@@ -185,6 +189,10 @@ def add_commands(sub) -> None:
     p.add_argument("--runtime-docs", type=int, default=500)
     p.add_argument("--runtime-repeats", type=int, default=3, help="rounds in which the runtimes take turns (each gets its median)")
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"which figures to measure (default all: {','.join(SECTIONS)})")
+    p.add_argument("--peers", help=f"side by side on the corpus's test queries: propdex, exact MaxSim and these peers "
+                                   f"({', '.join(PEERS)}; '' for none; a peer not installed is skipped with a message)")
+    p.add_argument("--threads", type=int, help="threads for every system side by side (default: one per core)")
+    p.add_argument("--work", type=Path, default=Path("runs/bench"), help="where the bench builds its indexes")
     p.add_argument("--out", type=Path, help="write the JSON here")
     p.set_defaults(run=_run)
 
@@ -200,10 +208,13 @@ def _run(args) -> int:
     sections = [s for s in args.sections.split(",") if s]
     if unknown := set(sections) - set(SECTIONS):
         raise ValueError(f"unknown bench sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    peers = None if args.peers is None else [p for p in args.peers.split(",") if p]
+    if peers is not None:
+        missing_peers(peers)  # an unknown name fails before any work
     backbone = Backbone.load(device="cpu")
     index = args.index
-    if index is None and {"search", "size"} & set(sections):
-        index = Path("runs/bench/scifact-tokens")
+    if index is None and ({"search", "size"} & set(sections) or peers is not None):
+        index = args.work / f"{args.corpus.name}-tokens"
         encoder = load_encoder("tokens", backbone=backbone)
         IndexWriter(index, encoder, inputs={"paths": [str(args.corpus.resolve())]}).build(read_corpus([args.corpus]))
     queries = list(beir_queries(args.corpus / "queries.jsonl").values())[: args.queries]
@@ -219,6 +230,10 @@ def _run(args) -> int:
         result["throughput"] = throughput(args.corpus, args.throughput_docs, backbone)
     if "runtimes" in sections:
         result["runtimes"] = runtimes(args.corpus, args.runtime_docs, [r for r in args.runtimes.split(",") if r], args.runtime_repeats)
+    if peers is not None:
+        task = load_beir(args.corpus)
+        result |= side_by_side(index, [(q.id, q.text) for q in task.queries], task.qrels, peers,
+                               args.threads or torch.get_num_threads(), args.work / "peers")
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

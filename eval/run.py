@@ -238,10 +238,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     counts = manifest["counts"]
     index_bytes = sum((out / s["name"] / s["index"]).stat().st_size for s in manifest["shards"])
     store_bytes = sum((out / s["name"] / "meta.lmdb" / "data.mdb").stat().st_size for s in manifest["shards"])
-    # What stage 1 and stage 2 read, all in: ANN index, float16 copy, document offsets (not the text).
-    # (Indexes from before the float16 file kept that copy in LMDB, unlisted: 2 * dim bytes a vector.)
-    all_in = index_bytes + 8 * sum(s["docs"] + 1 for s in manifest["shards"])
-    all_in += sum((s.get("stored_bytes") or 0) if "stored" in s else 2 * encoder.dim * s["vectors"] for s in manifest["shards"])
+    all_in = all_in_bytes(out, manifest, encoder.dim)
     searcher.close()
     return Outcome(rankings, scores, latencies, {
         "vectors": counts["vectors"],
@@ -259,6 +256,15 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
         "backbone_sha256": manifest["backbone"]["weights_sha256"],
         "index_dir": str(out),
     })
+
+
+def all_in_bytes(index: Path, manifest: dict[str, Any], dim: int) -> int:
+    """What stage 1 and stage 2 read, all in: ANN index files, the float16
+    copy, document offsets (not the text). Indexes from before the float16
+    file kept that copy in LMDB, unlisted: 2 * dim bytes a vector."""
+    shards = manifest["shards"]
+    total = sum((index / s["name"] / s["index"]).stat().st_size for s in shards) + 8 * sum(s["docs"] + 1 for s in shards)
+    return total + sum((s.get("stored_bytes") or 0) if "stored" in s else 2 * dim * s["vectors"] for s in shards)
 
 
 def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder") -> Path:

@@ -1,0 +1,72 @@
+"""`propdex bench --peers`: propdex, exact MaxSim and PLAID side by side on real SciFact vectors."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from paths import DATA
+
+from propdex.cli import main
+
+SCIFACT = DATA / "beir" / "scifact"
+
+
+def tiny_beir(folder: Path, n_docs: int) -> Path:
+    """The first `n_docs` SciFact abstracts and the test queries judged against them."""
+    (folder / "qrels").mkdir(parents=True)
+    lines = (SCIFACT / "corpus.jsonl").read_text().splitlines()[:n_docs]
+    ids = {json.loads(line)["_id"] for line in lines}
+    (folder / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    header, *judged = (SCIFACT / "qrels" / "test.tsv").read_text().splitlines()
+    judged = [j for j in judged if j.split("\t")[1] in ids]
+    (folder / "qrels" / "test.tsv").write_text("\n".join([header, *judged]) + "\n")
+    qids = {j.split("\t")[0] for j in judged}
+    queries = [q for q in (SCIFACT / "queries.jsonl").read_text().splitlines() if json.loads(q)["_id"] in qids]
+    (folder / "queries.jsonl").write_text("\n".join(queries) + "\n")
+    return folder
+
+
+def test_bench_side_by_side_skips_a_peer_that_is_not_installed(tmp_path, monkeypatch, caplog):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "colbert" else real(name, *a))
+    corpus = tiny_beir(tmp_path / "beir", 40)
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--corpus", str(corpus), "--sections", "", "--peers", "colbert-plaid", "--threads", "1",
+                 "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert "skipping peer colbert-plaid: colbert is not installed" in caplog.text
+    assert result["skipped"] == {"colbert-plaid": "colbert is not installed (pip install 'propdex[bench]')"}
+    assert set(result["systems"]) == {"propdex"} and result["threads"] == 1
+    for entry in (result["systems"]["propdex"], result["exact"]):
+        assert set(entry) >= {"nDCG@10", "bytes_per_vector", "p50_ms", "p95_ms", "build_s", "peak_rss_mb"}
+        assert 0 < entry["nDCG@10"] <= 1 and entry["p50_ms"] <= entry["p95_ms"] and entry["peak_rss_mb"] > 100
+    # A tiny corpus gets a Flat index: two stages re-score every candidate exactly, so they agree with exact MaxSim.
+    assert result["systems"]["propdex"]["factory"] == "Flat"
+    assert result["systems"]["propdex"]["nDCG@10"] == result["exact"]["nDCG@10"]
+    # Flat float32 index + float16 copy + offsets: 6 bytes a dimension and a little more.
+    assert 6 * 384 < result["systems"]["propdex"]["bytes_per_vector"] < 6 * 384 + 64
+
+
+def test_an_unknown_peer_is_refused_before_any_work(tmp_path, capsys):
+    assert main(["bench", "--corpus", str(tmp_path), "--sections", "", "--peers", "faiss-magic", "--work", str(tmp_path)]) == 2
+    assert "unknown peers ['faiss-magic']; choose from colbert-plaid" in capsys.readouterr().err
+
+
+def test_plaid_peer_is_built_from_our_vectors_and_ranks_like_exact_maxsim(tmp_path, minilm):
+    pytest.importorskip("colbert", reason="the PLAID peer needs the [bench] extra")
+    from propdex.encoders import load_encoder
+    from propdex.eval.datasets import load_beir
+    from propdex.eval.peers import measure_plaid, measure_propdex
+    from propdex.indexer.build import IndexWriter
+    from propdex.indexer.readers import read_corpus
+
+    corpus = tiny_beir(tmp_path / "beir", 60)
+    index = tmp_path / "ix"
+    IndexWriter(index, load_encoder("tokens", backbone=minilm), factory="IVF32,PQ48").build(read_corpus([corpus]))
+    task = load_beir(corpus)
+    queries = [(q.id, q.text) for q in task.queries]
+    plaid = measure_plaid(str(index), queries, task.qrels, 1, str(tmp_path / "plaid"))
+    exact = measure_propdex(str(index), queries, task.qrels, 1, True)
+    # 2-bit residuals at 384 dims: 96 bytes a vector, its centroid id 4 more, then the IVF and doclens.
+    assert 100 < plaid["bytes_per_vector"] < 130
+    assert plaid["nDCG@10"] >= exact["nDCG@10"] - 0.1
