@@ -109,7 +109,7 @@ def latency_and_recall(index: Path, queries: list[str], backbone: "Backbone", re
         exact_ids = [np.zeros((len(qv), k1), np.int64) for _ in searcher.shards]
         for si, shard in enumerate(searcher.shards):
             base = 0
-            for chunk in shard.store.iter_vectors(chunk_docs=2048):
+            for chunk in shard.store.iter_vectors():
                 sims = qv @ chunk.T
                 top = np.argpartition(-sims, min(k1, sims.shape[1] - 1), axis=1)[:, :k1]
                 merged_s = np.concatenate([exact_scores[si], np.take_along_axis(sims, top, 1)], 1)

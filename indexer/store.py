@@ -295,16 +295,20 @@ class ShardStore:
         bounds = np.concatenate([[0], np.cumsum(ends - starts)])
         return [(flat[bounds[i] : bounds[i + 1]], sen) for i, sen in enumerate(sentences)]
 
-    def iter_vectors(self, chunk_docs: int = 1024) -> Iterator[np.ndarray]:
-        """All vectors in vector-id order, a chunk of documents at a time (float32)."""
+    def iter_vectors(self, rows: int = 1 << 16) -> Iterator[np.ndarray]:
+        """All vectors in vector-id order, about `rows` at a time (float32).
+        The float16 file is read, not mapped: a whole scan (training, adds)
+        would otherwise leave every page of it in this process's memory."""
         if self._array is not None:
-            for start in range(0, len(self), chunk_docs):
-                a, b = int(self.offsets[start]), int(self.offsets[min(start + chunk_docs, len(self))])
-                if b > a:
-                    yield np.asarray(self._array[a:b], dtype=np.float32)
+            with open(self.path / VECTORS, "rb") as f:
+                f.seek(self._array.offset)
+                for start in range(0, len(self._array), rows):
+                    n = min(rows, len(self._array) - start)
+                    yield np.fromfile(f, dtype="<f2", count=n * self.dim).reshape(n, self.dim).astype(np.float32)
             return
-        for start in range(0, len(self), chunk_docs):
-            parts = [v for v, _ in self.vectors(range(start, min(start + chunk_docs, len(self))))]
+        docs = max(1, rows // max(1, self.info["vectors"] // max(len(self), 1)))  # legacy or decoded: by documents
+        for start in range(0, len(self), docs):
+            parts = [v for v, _ in self.vectors(range(start, min(start + docs, len(self))))]
             if parts:
                 yield np.concatenate(parts).astype(np.float32)
 

@@ -74,7 +74,12 @@ def test_a_shard_is_written_a_few_documents_at_a_time(tmp_path, tiny, hotpot_doc
     assert [b.document(o) for o in range(40)] == [a.document(o) for o in range(40)]
     assert [b.units(o) for o in range(40)] == [a.units(o) for o in range(40)]
     np.testing.assert_allclose(np.concatenate(list(b.iter_vectors())), np.concatenate(list(a.iter_vectors())), atol=2e-3)
-    assert np.load(tmp_path / "streamed" / "shard-00000" / "vectors.f16", mmap_mode="r").shape == (streamed["counts"]["vectors"], tiny.dim)
+    stored = np.load(tmp_path / "streamed" / "shard-00000" / "vectors.f16", mmap_mode="r")
+    assert stored.shape == (streamed["counts"]["vectors"], tiny.dim)
+    # A scan reads the file in bounded chunks, the same rows as the memory map.
+    chunks = list(b.iter_vectors(rows=100))
+    assert max(len(c) for c in chunks) == 100 and len(chunks) == -(-len(stored) // 100)
+    np.testing.assert_array_equal(np.concatenate(chunks), np.asarray(stored, dtype=np.float32))
 
 
 def test_search_levels_agree_with_brute_force_maxsim(tmp_path, tiny, hotpot_docs):
