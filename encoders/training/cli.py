@@ -42,6 +42,8 @@ def add_commands(sub) -> None:
     e.add_argument("--batch", type=int, default=512, help="propositions per batch (whole sentences)")
     e.add_argument("--lr", type=float, default=1e-3)
     e.add_argument("--cache", type=Path, help="folder for the frozen features (reused when the inputs match)")
+    e.add_argument("--context", choices=("sentence", "passage"), default="sentence",
+                   help="what the backbone reads in one pass, as the encoder will (`proposition:context=passage`)")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--device", default="auto")
     e.set_defaults(run=_proposition)
@@ -117,7 +119,7 @@ def _proposition(args) -> int:
         sentence_weight=args.sentence_weight,
         hidden=args.hidden, layers=tuple(int(x) for x in args.layers.split(",")), tau=args.tau,
         relational_weight=args.relational_weight, nce_weight=args.nce_weight, train_query=args.train_query, epochs=args.epochs, batch=args.batch,
-        lr=args.lr, cache=args.cache, seed=args.seed, device=args.device,
+        lr=args.lr, cache=args.cache, seed=args.seed, device=args.device, context=args.context,
     )
     return 0
 

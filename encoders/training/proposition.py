@@ -25,6 +25,13 @@ wiki_00..69), each after its article's title, segmented by the shipped
 segmenter; the held-out split (wiki_70..99) picks the epoch by the mean
 cosine of student to teacher. Features are computed once and cached
 (`--cache`), so an epoch costs seconds on a CPU.
+
+`--context passage` trains the head for `proposition:context=passage`:
+whole sections are read as `single` packs them, and each sentence's
+propositions are pooled from that pass, so the student learns from the
+states it will see at indexing time (a sentence read inside its passage
+carries its neighbours; read alone, as the default head was trained, it
+does not).
 """
 from __future__ import annotations
 
@@ -41,7 +48,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..backbone import Backbone
-from ..proposition import PropositionEncoder, PropositionHead, feature_dim, mean_vectors
+from ..proposition import PropositionEncoder, PropositionHead, feature_dim, mean_vectors, sentence_pieces
 from ..provenance import command_line, hardware, library_versions, save_weights, sha256_file
 from ..segment import spans_text
 from ..text import split_sentences
@@ -76,6 +83,36 @@ def wiki_sentences(folder: str | Path, split: str, n: int, seed: int = 0, min_wo
     return rng.sample(pool, min(n, len(pool))), read
 
 
+def wiki_sections(folder: str | Path, split: str, n: int, seed: int = 0) -> tuple[list[Document], list[Path]]:
+    """Whole sections of the split holding about `n` sentences in all, each a
+    Document with its article's title and its sentences (files in a seeded
+    order, read until the pool has 3n sentences, then a seeded sample of
+    sections): what `context="passage"` reads."""
+    rng = random.Random(seed)
+    files = wiki_files(folder, split)
+    rng.shuffle(files)
+    pool: list[Document] = []
+    read: list[Path] = []
+    total = 0
+    for path in files:
+        read.append(path)
+        for article in wiki_articles(path, split):
+            for s, (_, text) in enumerate(article.sections):
+                if sentences := tuple(split_sentences(text)):
+                    pool.append(Document(f"{article.id}:{s}", text, article.title, sentences))
+                    total += len(sentences)
+        if total >= 3 * n:
+            break
+    rng.shuffle(pool)
+    docs, count = [], 0
+    for doc in pool:
+        if count >= n:
+            break
+        docs.append(doc)
+        count += len(doc.sentences)
+    return docs, read
+
+
 @dataclass
 class FeatureSet:
     """Per proposition: the student's input, the teacher's 384-d vector and
@@ -100,21 +137,27 @@ class FeatureSet:
 
 
 def featurize(encoder: PropositionEncoder, docs: list[Document], progress: bool = True) -> FeatureSet:
-    """One frozen pass per sentence (segmenter and student features), then
-    the teacher: each proposition's own text, after the title."""
+    """One frozen pass per encoder passage (a sentence, or with
+    `context="passage"` a packed passage cut into its sentences), giving
+    the segmenter's propositions and the student's features, then the
+    teacher: each proposition's own text, after the title."""
     feats, texts, titles, sentence = [], [], [], []
     passages = [p for d in docs for p in encoder.passages(d)]
     bs = encoder.batch_size
     order = sorted(range(len(passages)), key=lambda i: len(passages[i].text))
+    n_sentences = 0
     for s in tqdm(range(0, len(order), bs), desc="features", unit="batch", disable=not progress):
         batch = [passages[i] for i in order[s : s + bs]]
-        found = encoder.features_batch([(p, tokens, False) for p, tokens in zip(batch, encoder.forward(batch))])
-        for i, p, (groups, f) in zip(order[s : s + bs], batch, found):
+        pieces = [piece for p, tokens in zip(batch, encoder.forward(batch))
+                  for piece in (sentence_pieces(p, tokens) if encoder.context == "passage" else [(p, tokens)])]
+        found = encoder.features_batch([(p, tokens, False) for p, tokens in pieces])
+        for (p, _), (groups, f) in zip(pieces, found):
             for g, row in zip(groups, f):
                 feats.append(row.numpy().astype(np.float16))
                 texts.append(spans_text(p.text, g))
                 titles.append(encoder.title_of(p.doc))
-                sentence.append(i)
+                sentence.append(n_sentences)
+            n_sentences += 1
     teacher = mean_vectors(encoder.backbone, texts, titles, 2 * bs, progress)
     return FeatureSet(np.stack(feats), teacher.numpy().astype(np.float16), np.array(sentence, dtype=np.int64))
 
@@ -219,7 +262,7 @@ def train_proposition(
     wiki: Path, out: Path, *, sentences: int = 40000, heldout: int = 2000, backbone: str | None = None,
     out_dim: int = 256, prefix: int = 64, hidden: int = 1024, layers: tuple[int, ...] = (2, 4, 6), tau: float = 0.05,
     sentence_weight: float = 0.5, nce_weight: float = 0.1, relational_weight: float = 1.0, train_query: bool = False, epochs: int = 20, batch: int = 512, lr: float = 1e-3,
-    cache: Path | None = None, seed: int = 0, device: str = "auto",
+    cache: Path | None = None, seed: int = 0, device: str = "auto", context: str = "sentence",
 ) -> dict[str, Any]:
     started = time.time()
     random.seed(seed)
@@ -229,16 +272,19 @@ def train_proposition(
     # The encoder itself computes the features: an untrained head of the final shape.
     head = PropositionHead(dim_in, hidden, out_dim, query_dim=bb.dim, sentence_weight=sentence_weight)
     init = out.with_name(out.name + ".init")
-    config = {"backbone": bb.name, "dim": dim_in, "layers": list(layers), "hidden": hidden, "out_dim": out_dim, "query_dim": bb.dim, "sentence_weight": sentence_weight}
+    config = {"backbone": bb.name, "dim": dim_in, "layers": list(layers), "hidden": hidden, "out_dim": out_dim, "query_dim": bb.dim,
+              "sentence_weight": sentence_weight, "context": context}
     save_weights({f"head.{k}": v for k, v in head.state_dict().items()}, init, config)
-    encoder = PropositionEncoder(bb, batch_size=64, head=str(init))
+    encoder = PropositionEncoder(bb, batch_size=64, head=str(init), context=context)
 
     segmenter_sha = sha256_file(encoder.segmenter_path / "model.safetensors")
-    meta = lambda split, n: {"backbone": bb.name, "layers": list(layers), "segmenter": segmenter_sha, "split": split, "sentences": n, "seed": seed}  # noqa: E731
-    train_docs, train_files = wiki_sentences(wiki, "train", sentences, seed)
-    val_docs, val_files = wiki_sentences(wiki, "heldout", heldout, seed)
-    tr = cached_features(encoder, train_docs, cache / "train.npz" if cache else None, meta("train", len(train_docs)))
-    va = cached_features(encoder, val_docs, cache / "heldout.npz" if cache else None, meta("heldout", len(val_docs)))
+    meta = lambda split, n: {"backbone": bb.name, "layers": list(layers), "segmenter": segmenter_sha, "split": split, "sentences": n, "seed": seed,  # noqa: E731
+                             **({"context": context} if context != "sentence" else {})}
+    read = wiki_sections if context == "passage" else wiki_sentences
+    train_docs, train_files = read(wiki, "train", sentences, seed)
+    val_docs, val_files = read(wiki, "heldout", heldout, seed)
+    tr = cached_features(encoder, train_docs, cache / f"train{'-' + context if context != 'sentence' else ''}.npz" if cache else None, meta("train", len(train_docs)))
+    va = cached_features(encoder, val_docs, cache / f"heldout{'-' + context if context != 'sentence' else ''}.npz" if cache else None, meta("heldout", len(val_docs)))
     log.info("proposition head: %d train / %d held-out propositions", len(tr.sentence), len(va.sentence))
 
     weight, bias = pca_map(target(tr, bb.dim, sentence_weight).numpy(), out_dim)
@@ -294,7 +340,8 @@ def train_proposition(
         "segmenter": {"sha256": segmenter_sha},
         "command": command_line(),
         "data": {
-            "wikipedia": {"path": str(wiki), "train_sentences": len(train_docs), "heldout_sentences": len(val_docs),
+            "wikipedia": {"path": str(wiki), "read": "whole sections, packed as `single` reads them" if context == "passage" else "one sentence at a time",
+                          "train_sentences": int(len(np.unique(tr.sentence))), "heldout_sentences": int(len(np.unique(va.sentence))),
                           "train_files": {p.name: sha256_file(p) for p in train_files},
                           "heldout_files": {p.name: sha256_file(p) for p in val_files}},
             "train_propositions": int(len(tr.sentence)), "heldout_propositions": int(len(va.sentence)),
