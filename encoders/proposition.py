@@ -25,7 +25,8 @@ The head is trained for its leading 64 dimensions too (Matryoshka), so
 of whole sentences per pass, and pools each sentence's propositions from
 that pass: one pass serves `single`'s passage vector, the segmenter and the
 head, so encoding costs about what `single`'s does (the default,
-`"sentence"`, reads one sentence at a time, as the head was trained).
+`"sentence"`, reads one sentence at a time, as the default head was
+trained; a head trained with `--context passage` defaults to `"passage"`).
 `beside=w` stores `single`'s vector of the proposition's passage beside
 it, weighted by w, and a query's own mean vector beside the query's: a
 proposition then scores its cosine plus w times its passage's, so a
@@ -139,7 +140,7 @@ class PropositionEncoder(Encoder):
     def __init__(
         self, backbone: Backbone, batch_size: int = 64, head: str = "default", segmenter: str = "default",
         query_segments: bool = False, standalone: bool = False, dims: int | None = None, head_sha256: str | None = None,
-        context: str = "sentence", beside: float = 0.0,
+        context: str | None = None, beside: float = 0.0,
     ) -> None:
         super().__init__(backbone, batch_size)
         from . import flag
@@ -165,6 +166,8 @@ class PropositionEncoder(Encoder):
             raise ValueError(f"dims must be between 1 and {self.out_dim} (the head's width) and needs a distilled head, got {dims!r}")
         if self.standalone and not self.distilled:
             raise ValueError("standalone=1 needs a distilled head (one with a query map)")
+        # A head trained on passage-read states (`train proposition --context passage`) reads them by default.
+        context = context or self.head_config.get("context", "sentence")
         if context not in ("sentence", "passage"):
             raise ValueError(f"proposition context must be sentence or passage, got {context!r}")
         self.context, self.beside = context, float(beside)

@@ -357,3 +357,31 @@ def test_a_batch_gives_each_sentence_what_it_gets_alone(tiny_encoder):
         np.testing.assert_allclose(alone.vectors, batched.vectors, atol=1e-5)
     inputs = [(torch.randn(len(words(t)), enc.segmenter.head.proj[0].in_features), t, words(t)) for t in (p.text for p in passages)]
     assert enc.segmenter.decode_many(inputs, batch=3) == [enc.segmenter.decode(*x) for x in inputs]
+
+
+def test_passage_context_training_reads_the_states_the_encoder_indexes(tiny_encoder, tmp_path):
+    """`train proposition --context passage` featurizes as
+    `proposition:context=passage` encodes: each sentence's propositions,
+    pooled from its packed passage's one pass. The head over the training
+    features gives the very vectors the encoder indexes, sentence by
+    sentence."""
+    from propdex.encoders import Document
+    from propdex.encoders.proposition import PropositionEncoder
+    from propdex.encoders.provenance import read_weights, save_weights
+    from propdex.encoders.text import split_sentences
+    from propdex.encoders.training.proposition import featurize
+
+    state, config = read_weights(tiny_encoder.head_path, "proposition head", "")
+    save_weights(state, tmp_path / "head", config | {"context": "passage"})
+    passage = PropositionEncoder(tiny_encoder.backbone, head=str(tmp_path / "head"), segmenter=str(tiny_encoder.segmenter_path))
+    assert passage.context == "passage" and passage.options()["context"] == "passage"  # from the head's config
+    text = "Kenosha is a city in Wisconsin, on Lake Michigan. Its mayor was elected in 2008. The harbor freezes in winter."
+    doc = Document("d", text, "Kenosha", tuple(split_sentences(text)))
+    assert len(passage.passages(doc)) == 1
+    fs = featurize(passage, [doc], progress=False)
+    assert sorted(set(fs.sentence.tolist())) == [0, 1, 2]
+    (encoded,) = passage.encode(passage.passages(doc))
+    with torch.inference_mode():
+        from_features = passage.head(torch.from_numpy(fs.features.astype(np.float32))).numpy()
+    assert [u.sentence for u in encoded.units] == fs.sentence.tolist()
+    np.testing.assert_allclose(encoded.vectors, from_features, atol=2e-3)
