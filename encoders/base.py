@@ -140,7 +140,7 @@ class Encoder(ABC):
         enc, offsets, special, title = tokenize(self.backbone.tokenizer, [p.text for p in passages], titles, self.max_length)
         ids = enc["input_ids"].numpy()
         mask = enc["attention_mask"]
-        hidden, selected = self.run(enc)
+        hidden, selected = self.run(enc | self.reading(passages, enc, offsets, special))
         hidden = hidden.float().cpu()
         chosen = selected.cpu().numpy() if selected is not None else None
         lengths = mask.sum(1).tolist()
@@ -164,6 +164,12 @@ class Encoder(ABC):
     def max_length(self) -> int:
         """Tokens per passage, specials included."""
         return self.backbone.max_length
+
+    def reading(self, passages: Sequence[Passage], enc: dict[str, torch.Tensor], offsets: np.ndarray, special: np.ndarray) -> dict[str, torch.Tensor]:
+        """Model inputs that change how a batch is read (an attention mask
+        of another shape, position ids); none by default: every token of a
+        passage reads every other."""
+        return {}
 
     def run(self, enc: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(batch, prefix + length, dim) states of a tokenized batch and, for
@@ -251,7 +257,7 @@ def hidden_states(backbone: Backbone, enc: Any, layers: Sequence[int] | None = N
     if backbone.runtime != "torch" and model is backbone.model:
         every = range(backbone.model.config.num_hidden_layers + 1)
         return backbone.session.states(enc, [every[-1]] if layers is None else [every[i] for i in layers])
-    inputs = {k: v.to(backbone.device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+    inputs = {k: v.to(backbone.device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids", "position_ids")}
     if layers is None:
         return model(**inputs).last_hidden_state
     every = model(**inputs, output_hidden_states=True).hidden_states

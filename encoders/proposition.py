@@ -67,6 +67,8 @@ from .units import Document, Encoded, Kind, Passage, Span
 
 # The head shipped before the frozen, distilled one; indexes built with it keep loading.
 LEGACY_HEAD = "proposition-lora"
+# What one backbone pass reads: a sentence; a packed passage; a packed passage whose sentences do not see each other.
+CONTEXTS = ("sentence", "passage", "isolated")
 
 
 class PropositionHead(nn.Module):
@@ -168,8 +170,10 @@ class PropositionEncoder(Encoder):
             raise ValueError("standalone=1 needs a distilled head (one with a query map)")
         # A head trained on passage-read states (`train proposition --context passage`) reads them by default.
         context = context or self.head_config.get("context", "sentence")
-        if context not in ("sentence", "passage"):
-            raise ValueError(f"proposition context must be sentence or passage, got {context!r}")
+        if context not in CONTEXTS:
+            raise ValueError(f"proposition context must be one of {', '.join(CONTEXTS)}, got {context!r}")
+        if context == "isolated" and backbone.runtime != "torch":
+            raise ValueError(f"context=isolated reads with an attention mask of its own, which the {backbone.runtime} runtime does not take; use --runtime torch")
         self.context, self.beside = context, float(beside)
         if (self.context != "sentence" or self.beside) and not self.distilled:
             raise ValueError("context= and beside= need a distilled head (one with a query map)")
@@ -267,7 +271,28 @@ class PropositionEncoder(Encoder):
         """One sentence per passage, the unit the segmenter reads; with
         `context="passage"`, `single`'s packed passages."""
         window = self.max_length - _n_specials(self.backbone) - self.title_tokens(doc)
-        return cut_passages(doc, self.backbone, window=window, pack=self.context == "passage")
+        return cut_passages(doc, self.backbone, window=window, pack=self.context != "sentence")
+
+    def reading(self, passages: Sequence[Passage], enc: dict[str, torch.Tensor], offsets: np.ndarray, special: np.ndarray) -> dict[str, torch.Tensor]:
+        """With `context="isolated"`, a packed passage is read as its
+        sentences would be one at a time, in one pass: each sentence's tokens
+        attend to themselves and to the [CLS] title [SEP] in front, and count
+        positions on from it."""
+        if self.context != "isolated":
+            return {}
+        blocks = np.stack([sentence_blocks(p, o, sp) for p, o, sp in zip(passages, offsets, special)])
+        keys = enc["attention_mask"].numpy().astype(bool)
+        prefix = blocks == 0
+        # Query i reads key j in its own block, or in the prefix (which reads only itself).
+        allowed = keys[:, None, :] & ((blocks[:, :, None] == blocks[:, None, :]) | prefix[:, None, :])
+        positions = np.zeros(blocks.shape, np.int64)
+        for r, row in enumerate(blocks):
+            t = int(prefix[r].sum())
+            positions[r, prefix[r]] = np.arange(t)
+            for b in np.unique(row[row > 0]):
+                at = row == b
+                positions[r, at] = t + np.arange(int(at.sum()))
+        return {"attention_mask": torch.from_numpy(allowed[:, None]), "position_ids": torch.from_numpy(positions)}
 
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
         return self.pool_batch([passage], [tokens], query=query)[0]
@@ -288,7 +313,7 @@ class PropositionEncoder(Encoder):
                 unit = SentenceLocator(passage.doc).unit([(passage.start, passage.end)], Kind.PROPOSITION)
                 out[i] = Encoded(self._with_context(vector, means[i], 1.0), [unit])
                 continue
-            packed = self.context == "passage" and not query and not passage.doc.focus
+            packed = self.context != "sentence" and not query and not passage.doc.focus
             for piece in sentence_pieces(passage, states) if packed else [(passage, states)]:
                 items.append((*piece, whole))
                 owners.append(i)
@@ -418,6 +443,22 @@ def sentence_pieces(passage: Passage, tokens: TokenStates) -> list[tuple[Passage
             piece = Passage(doc, a, b, si)
             out.append((piece, TokenStates(tokens.states[torch.from_numpy(keep)], tokens.offsets[keep] - lo, np.zeros(len(keep), bool), tokens.ids[keep])))
     return out
+
+
+def sentence_blocks(passage: Passage, offsets: np.ndarray, special: np.ndarray) -> np.ndarray:
+    """(L,) the block each token of a tokenized passage reads in under
+    `context="isolated"`: 0 for what comes before the text ([CLS], the title,
+    its [SEP]) and for padding, 1 + k for the passage's k-th sentence, whose
+    trailing specials join the last sentence."""
+    bounds = [max(a, passage.start) - passage.start for a, b in (passage.doc.sentences or ((0, len(passage.doc.text)),))
+              if a < passage.end and b > passage.start]
+    blocks = np.zeros(len(offsets), np.int64)
+    real = np.flatnonzero(~special)
+    if not len(real):
+        return blocks
+    blocks[real] = 1 + np.maximum(np.searchsorted(np.asarray(bounds), offsets[real, 0], side="right") - 1, 0)
+    blocks[real[-1] + 1 :] = blocks[real[-1]]  # the closing [SEP] (padding is masked out as a key anyway)
+    return blocks
 
 
 def covering(text: str, offsets: np.ndarray, props: Sequence[Proposition]) -> list[Proposition]:

@@ -269,7 +269,9 @@ class PairSegmenter:
             clauses = torch.from_numpy(clause_ids(text, offsets))
             for w0 in range(0, len(offsets), self.MAX_WORDS):
                 windows.append((t, w0, wstates[w0 : w0 + self.MAX_WORDS], clauses[w0 : w0 + self.MAX_WORDS]))
-        out: list[list[Proposition]] = [[] for _ in items]
+        # Alike lengths share a batch: padded to its longest, a batch of mixed ones is mostly padding.
+        windows.sort(key=lambda w: len(w[2]))
+        out: list[list[tuple[int, Proposition]]] = [[] for _ in items]
         for b0 in range(0, len(windows), batch):
             chunk = windows[b0 : b0 + batch]
             n, device = max(len(x) for _, _, x, _ in chunk), chunk[0][2].device
@@ -284,8 +286,9 @@ class PairSegmenter:
                 k = len(states)
                 for i in np.flatnonzero(anchor[r, :k] >= self.threshold):
                     words_in = set(np.flatnonzero(member[r, i, :k] >= self.threshold).tolist()) | {int(i)}
-                    out[t].append(tuple(w0 + j for j in sorted(words_in)))
-        return [list(dict.fromkeys(props)) for props in out]
+                    out[t].append((w0 + int(i), tuple(w0 + j for j in sorted(words_in))))
+        # In the text's order of anchors, whatever order the batches ran in.
+        return [list(dict.fromkeys(p for _, p in sorted(props))) for props in out]
 
 
 def word_states(

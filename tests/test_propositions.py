@@ -333,7 +333,7 @@ def test_passage_context_reads_single_passages_and_scores_beside_them(tiny_encod
         assert a.units == e.units
         np.testing.assert_allclose(e.vectors[:, :16], a.vectors, atol=1e-6)
         np.testing.assert_allclose(e.vectors[:, 16:], np.repeat(passage_vector.vectors, len(e.units), 0), atol=1e-5)
-    with pytest.raises(ValueError, match="context must be sentence or passage"):
+    with pytest.raises(ValueError, match="context must be one of sentence, passage, isolated"):
         make(context="document")
 
 
@@ -385,3 +385,40 @@ def test_passage_context_training_reads_the_states_the_encoder_indexes(tiny_enco
         from_features = passage.head(torch.from_numpy(fs.features.astype(np.float32))).numpy()
     assert [u.sentence for u in encoded.units] == fs.sentence.tolist()
     np.testing.assert_allclose(encoded.vectors, from_features, atol=2e-3)
+
+
+def test_isolated_context_reads_each_sentence_apart_in_one_pass(tiny_encoder):
+    """`context="isolated"` packs a passage as `passage` does, but a sentence's
+    tokens read only themselves and the title in front: rewriting one
+    sentence leaves the others' states as they were, which a packed pass
+    does not; positions restart after the title, as if each sentence were
+    read alone."""
+    from propdex.encoders import Document
+    from propdex.encoders.proposition import PropositionEncoder, sentence_blocks
+    from propdex.encoders.text import split_sentences
+
+    kw = {"head": str(tiny_encoder.head_path), "segmenter": str(tiny_encoder.segmenter_path)}
+    isolated = PropositionEncoder(tiny_encoder.backbone, context="isolated", **kw)
+    packed = PropositionEncoder(tiny_encoder.backbone, context="passage", **kw)
+
+    def states(encoder, second):
+        text = f"Kenosha is a city in Wisconsin. {second} The harbor freezes in winter."
+        doc = Document("d", text, "Kenosha", tuple(split_sentences(text)))
+        (passage,) = encoder.passages(doc)
+        (tokens,) = encoder.forward([passage])
+        first = tokens.offsets[:, 1] <= len("Kenosha is a city in Wisconsin.")
+        return tokens.states[torch.from_numpy(first & ~tokens.special)], passage, tokens
+
+    a, passage, tokens = states(isolated, "Its mayor was elected in 2008.")
+    b, _, _ = states(isolated, "Nothing at all like the first one, said the mayor.")
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    c, _, _ = states(packed, "Its mayor was elected in 2008.")
+    d, _, _ = states(packed, "Nothing at all like the first one, said the mayor.")
+    assert (c - d).abs().max() > 1e-3
+    blocks = sentence_blocks(passage, tokens.offsets, tokens.special)
+    assert sorted(set(blocks[~tokens.special].tolist())) == [1, 2, 3]
+    enc = {"attention_mask": torch.ones(1, len(blocks), dtype=torch.long)}
+    position = isolated.reading([passage], enc, tokens.offsets[None], tokens.special[None])["position_ids"][0]
+    prefix = int((blocks == 0).sum())
+    for block in (1, 2, 3):
+        assert position[torch.from_numpy(blocks == block)].tolist() == list(range(prefix, prefix + int((blocks == block).sum())))
