@@ -269,7 +269,7 @@ class PropositionEncoder(Encoder):
 
     def passages(self, doc: Document) -> list[Passage]:
         """One sentence per passage, the unit the segmenter reads; with
-        `context="passage"`, `single`'s packed passages."""
+        `context="passage"` or `"isolated"`, `single`'s packed passages."""
         window = self.max_length - _n_specials(self.backbone) - self.title_tokens(doc)
         return cut_passages(doc, self.backbone, window=window, pack=self.context != "sentence")
 
@@ -448,8 +448,8 @@ def sentence_pieces(passage: Passage, tokens: TokenStates) -> list[tuple[Passage
 def sentence_blocks(passage: Passage, offsets: np.ndarray, special: np.ndarray) -> np.ndarray:
     """(L,) the block each token of a tokenized passage reads in under
     `context="isolated"`: 0 for what comes before the text ([CLS], the title,
-    its [SEP]) and for padding, 1 + k for the passage's k-th sentence, whose
-    trailing specials join the last sentence."""
+    its [SEP]), 1 + k for the passage's k-th sentence; what follows the
+    text (the closing [SEP], padding) joins the last sentence."""
     bounds = [max(a, passage.start) - passage.start for a, b in (passage.doc.sentences or ((0, len(passage.doc.text)),))
               if a < passage.end and b > passage.start]
     blocks = np.zeros(len(offsets), np.int64)
@@ -457,7 +457,7 @@ def sentence_blocks(passage: Passage, offsets: np.ndarray, special: np.ndarray) 
     if not len(real):
         return blocks
     blocks[real] = 1 + np.maximum(np.searchsorted(np.asarray(bounds), offsets[real, 0], side="right") - 1, 0)
-    blocks[real[-1] + 1 :] = blocks[real[-1]]  # the closing [SEP] (padding is masked out as a key anyway)
+    blocks[real[-1] + 1 :] = blocks[real[-1]]  # padding is masked out as a key anyway
     return blocks
 
 

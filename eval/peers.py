@@ -143,8 +143,7 @@ def measure_exact(index: str, queries: list[tuple[str, str]], qrels: dict[str, d
         finally:
             store.close()
     elapsed = time.perf_counter() - started
-    run = {qid: {doc_id: float(10 - i) for i, (_, doc_id) in enumerate(sorted(hits, key=lambda h: (-h[0], h[1]))[:10])}
-           for (qid, _), hits in zip(queries, ranked)}
+    run = {qid: _ranked(doc_id for _, doc_id in sorted(hits, key=lambda h: (-h[0], h[1]))[:10]) for (qid, _), hits in zip(queries, ranked)}
     return {
         "nDCG@10": round(beir_metrics(run, qrels)["nDCG@10"], 4), "queries": len(queries),
         "p50_ms": None, "p95_ms": None, "scan_ms_per_query": round(1000 * elapsed / len(queries), 1),
@@ -300,9 +299,14 @@ def _timed(queries: list[tuple[str, str]], search) -> tuple[dict[str, dict[str, 
         started = time.perf_counter()
         hits = search(text)
         times.append((time.perf_counter() - started) * 1000)
-        # Distinct scores in rank order, so ir-measures' tie-breaking keeps the system's order.
-        run[qid] = {doc_id: float(len(hits) - i) for i, (doc_id, _) in enumerate(hits)}
+        run[qid] = _ranked(doc_id for doc_id, _ in hits)
     return run, times
+
+
+def _ranked(doc_ids) -> dict[str, float]:
+    """Distinct scores in rank order, so ir-measures' tie-breaking keeps the system's order."""
+    doc_ids = list(doc_ids)
+    return {doc_id: float(len(doc_ids) - i) for i, doc_id in enumerate(doc_ids)}
 
 
 def _quality_and_latency(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]], times: list[float]) -> dict[str, Any]:
