@@ -469,9 +469,8 @@ class Searcher:
             stored = store.vectors(ordinals)
             if not stored:
                 continue
-            # One widening and one matrix product for all candidates of the shard.
-            flat = np.concatenate([v for v, _ in stored])
-            sims = scoring.block_logits(q, flat, blocks) if blocks else scoring.similarities(q, flat)
+            parts = [v for v, _ in stored]
+            sims = scoring.block_logits(q, np.concatenate(parts), blocks) if blocks else scoring.similarities(q, parts)
             bounds = np.cumsum([0] + [len(v) for v, _ in stored])
             for i, (o, (_, sen)) in enumerate(zip(ordinals, stored)):
                 out.append(_Candidate(shard, o, sims[:, bounds[i] : bounds[i + 1]], sen, 0.0))

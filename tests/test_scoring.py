@@ -50,3 +50,17 @@ def test_approximate_scores_impute_the_floor_for_missed_query_vectors():
     docs, approx = scoring.approximate_doc_scores(hit_scores, hit_docs, 2, query_of_hit, floor)
     assert docs.tolist() == [7, 8]
     np.testing.assert_allclose(approx, [0.9 + 0.6, 0.5 + 0.6])
+
+
+def test_similarities_of_read_only_float16_parts_equal_one_float32_product_in_any_block_size():
+    rng = np.random.default_rng(3)
+    parts = [(rng.standard_normal((n, 16)) / 4).astype(np.float16) for n in (5, 0, 13, 1, 9)]
+    for p in parts:
+        p.flags.writeable = False  # as the memory-mapped store hands them out
+    q = rng.standard_normal((3, 16)).astype(np.float32)
+    expected = q @ np.concatenate(parts).astype(np.float32).T
+    for block_rows in (1, 4, 13, 1000):
+        got = scoring.similarities(q, parts, block_rows=block_rows)
+        assert got.dtype == np.float32 and got.shape == (3, 28)
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    assert scoring.similarities(q, []).shape == (3, 0)
