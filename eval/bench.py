@@ -14,6 +14,10 @@
 6. With `--peers` (eval.peers): propdex, exact MaxSim and each peer
    (colbert-plaid) on the same token vectors, queries and threads:
    nDCG@10, bytes per vector all in, p50/p95, build seconds, peak RSS.
+7. `--sections scale` (eval.scale, hours on a CPU: never by default):
+   indexes over the first `--scale-sizes` documents of `--scale-corpus`,
+   per encoder: docs/s, build seconds, peak RSS, bytes, p50; a plot, and
+   the cost projected to `--project` documents.
 """
 from __future__ import annotations
 
@@ -34,7 +38,8 @@ from propdex.indexer.manifest import read_manifest
 from propdex.indexer.readers import read_corpus
 from propdex.retriever import Searcher
 
-from .datasets import beir_queries, load_beir
+from . import scale
+from .datasets import beir_queries, load_beir, load_hotpotqa
 from .peers import PEERS, missing_peers, side_by_side
 from .run import run_versions
 
@@ -188,7 +193,14 @@ def add_commands(sub) -> None:
     p.add_argument("--runtimes", default="torch,onnx,onnx-int8", help="CPU runtimes to compare with eager torch (needs the [onnx] extra)")
     p.add_argument("--runtime-docs", type=int, default=500)
     p.add_argument("--runtime-repeats", type=int, default=3, help="rounds in which the runtimes take turns (each gets its median)")
-    p.add_argument("--sections", default=",".join(SECTIONS), help=f"which figures to measure (default all: {','.join(SECTIONS)})")
+    p.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
+                   help=f"which figures to measure, of {','.join(SECTIONS)} (default: {','.join(DEFAULT_SECTIONS)})")
+    p.add_argument("--scale-corpus", type=Path, default=Path("../shared/data/wikipedia/extracted"))
+    p.add_argument("--scale-sizes", default="100,1000,6514", help="documents per point of the scale curve")
+    p.add_argument("--scale-encoders", default="single,tokens")
+    p.add_argument("--scale-queries", type=Path, default=Path("../shared/data/hotpotqa/hotpot_dev_distractor_600.json"),
+                   help="HotpotQA file whose first --queries questions time the scale curve's searches")
+    p.add_argument("--project", type=int, default=6_500_000, help="documents to project the scale curve's costs to")
     p.add_argument("--peers", help=f"side by side on the corpus's test queries: propdex, exact MaxSim and these peers "
                                    f"({', '.join(PEERS)}; '' for none; a peer not installed is skipped with a message)")
     p.add_argument("--threads", type=int, help="threads for every system side by side (default: one per core)")
@@ -197,7 +209,8 @@ def add_commands(sub) -> None:
     p.set_defaults(run=_run)
 
 
-SECTIONS = ("search", "size", "throughput", "runtimes")
+DEFAULT_SECTIONS = ("search", "size", "throughput", "runtimes")
+SECTIONS = (*DEFAULT_SECTIONS, "scale")
 
 
 def _run(args) -> int:
@@ -230,6 +243,14 @@ def _run(args) -> int:
         result["throughput"] = throughput(args.corpus, args.throughput_docs, backbone)
     if "runtimes" in sections:
         result["runtimes"] = runtimes(args.corpus, args.runtime_docs, [r for r in args.runtimes.split(",") if r], args.runtime_repeats)
+    if "scale" in sections:
+        sizes = [int(n) for n in args.scale_sizes.split(",") if n]
+        texts = [q.text for q in load_hotpotqa(args.scale_queries, limit=args.queries).queries]
+        curve = scale.scale_curve(args.scale_corpus, sizes, [e for e in args.scale_encoders.split(",") if e], texts,
+                                  args.work / "scale", args.threads or 1)
+        result["scale"] = curve | {"projected": scale.project(curve["points"], args.project)}
+        if args.out:
+            scale.plot(curve, args.out.with_suffix(".png"))
     if peers is not None:
         task = load_beir(args.corpus)
         result |= side_by_side(index, [(q.id, q.text) for q in task.queries], task.qrels, peers,

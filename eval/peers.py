@@ -35,7 +35,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,18 +76,19 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
         log.warning("skipping peer %s: %s", peer, why)
     common = {"index": str(index), "queries": queries, "qrels": qrels, "threads": threads}
     result: dict[str, Any] = {"systems": {}, "exact": None, "skipped": skipped, "threads": threads}
-    result["systems"]["propdex"] = _in_child("measure_propdex", **common)
-    result["exact"] = _in_child("measure_exact", **common)
+    result["systems"]["propdex"] = in_child(measure_propdex, **common)
+    result["exact"] = in_child(measure_exact, **common)
     for peer in peers:
         if peer not in skipped:
-            result["systems"][peer] = _in_child("measure_plaid", **common, out=str(work / peer))
+            result["systems"][peer] = in_child(measure_plaid, **common, out=str(work / peer))
     return result
 
 
-def _in_child(name: str, **kwargs) -> dict[str, Any]:
-    """`name(**kwargs)` of this module in a fresh interpreter: its peak RSS
-    is its own, and no peer's threads or extensions reach the next system."""
-    code = f"import json, sys; from {__name__} import {name}; print(json.dumps({name}(**json.load(sys.stdin))))"
+def in_child(fn: Callable[..., dict[str, Any]], **kwargs) -> dict[str, Any]:
+    """`fn(**kwargs)` (a module-level function) in a fresh interpreter: its
+    peak RSS is its own, and no peer's threads or extensions reach the next system."""
+    name = fn.__name__
+    code = f"import json, sys; from {fn.__module__} import {name}; print(json.dumps({name}(**json.load(sys.stdin))))"
     # numpy's BLAS (stage 2's products, the exact scan) spawns a thread per core unless told before it loads.
     env = os.environ | {var: str(kwargs["threads"]) for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     done = subprocess.run([sys.executable, "-c", code], input=json.dumps(kwargs), stdout=subprocess.PIPE, text=True, env=env)
@@ -106,7 +107,7 @@ def measure_propdex(index: str, queries: list[tuple[str, str]], qrels: dict[str,
     manifest = read_manifest(index)
     encoder = encoder_from_config(manifest["encoder"], device="cpu")
     with Searcher.load(index, encoder=encoder, threads=threads) as searcher:
-        run, times = _timed(queries, lambda text: [(h.doc_id, h.score) for h in searcher.search(text, k=10)])
+        run, times = timed(queries, lambda text: [(h.doc_id, h.score) for h in searcher.search(text, k=10)])
     return {
         **_quality_and_latency(run, qrels, times),
         "bytes_per_vector": all_in_bytes(index, manifest, encoder.dim) / manifest["counts"]["vectors"],
@@ -205,7 +206,7 @@ def measure_plaid(index: str, queries: list[tuple[str, str]], qrels: dict[str, d
         pids, scores = scorer.rank(config, q)
         return [(doc_ids[p], s) for p, s in zip(pids[:10], scores[:10])]
 
-    run, times = _timed(queries, search)
+    run, times = timed(queries, search)
     files = [f for f in out.iterdir() if f.suffix == ".pt" or f.name.startswith("doclens.")]
     return {
         **_quality_and_latency(run, qrels, times),
@@ -292,7 +293,7 @@ def _chunks(stores: list, docs: int = 1024):
 # shared measures
 
 
-def _timed(queries: list[tuple[str, str]], search) -> tuple[dict[str, dict[str, float]], list[float]]:
+def timed(queries: list[tuple[str, str]], search) -> tuple[dict[str, dict[str, float]], list[float]]:
     search(queries[0][1])  # load pages and kernels once
     run, times = {}, []
     for qid, text in queries:

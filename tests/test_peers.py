@@ -100,3 +100,35 @@ def test_the_exact_scan_is_maxsim_over_every_document_in_any_grouping(tmp_path):
             np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-5)
     finally:
         store.close()
+
+
+def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs(tmp_path):
+    articles = [("Ada Lovelace", "Ada Lovelace wrote the first program for the Analytical Engine."),
+                ("Alan Turing", "Alan Turing proposed the Turing machine in 1936."),
+                ("Anarchism", "Anarchism is a political philosophy that rejects hierarchy."),
+                ("Aristotle", "Aristotle was a Greek philosopher, a student of Plato."),
+                ("Athens", "Athens is the capital of Greece.")]
+    corpus = tmp_path / "extracted" / "AA"
+    corpus.mkdir(parents=True)
+    (corpus / "wiki_00").write_text("".join(f'<doc id="{i}" url="u{i}" title="{t}">\n{t}\n\n{body}\n</doc>\n'
+                                            for i, (t, body) in enumerate(articles, 1)))
+    out, work = tmp_path / "scale.json", tmp_path / "work"
+    args = ["bench", "--sections", "scale", "--scale-corpus", str(tmp_path / "extracted"), "--scale-sizes", "4,2",
+            "--scale-encoders", "single", "--queries", "3", "--threads", "1", "--project", "4000", "--work", str(work),
+            "--out", str(out)]
+    assert main(args) == 0
+    scale = json.loads(out.read_text())["scale"]
+    assert [p["documents"] for p in scale["points"]] == [2, 4]  # smallest first
+    for p in scale["points"]:
+        assert p["vectors"] == p["documents"] and p["p50_ms"] <= p["p95_ms"] and p["peak_rss_mb"] > 100
+        assert p["bytes_per_doc"] == pytest.approx(p["bytes_per_vector"], rel=0.01)
+    big = scale["points"][1]
+    projected = scale["projected"]["single"]
+    assert projected["from_documents"] == 4 and projected["vectors"] == 4000
+    assert projected["encode_hours"] == round(big["encode_s"] * 1000 / 3600, 1)
+    assert out.with_suffix(".png").stat().st_size > 1000
+    # A second run measures the committed indexes again and builds nothing.
+    manifest = work / "scale" / "single-4" / "manifest.json"
+    before = manifest.stat().st_mtime_ns
+    assert main(args) == 0
+    assert manifest.stat().st_mtime_ns == before

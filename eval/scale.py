@@ -1,0 +1,119 @@
+"""The scale curve: the same index built over growing prefixes of one corpus.
+
+Each point is `propdex index CORPUS --limit N --encoder E` run as its own
+process, exactly as a user runs it (its peak RSS is its own and is recorded
+in the manifest; a point whose index is already committed is measured, not
+rebuilt, so a killed curve resumes), then the same query texts searched one
+at a time with `threads` threads in a fresh process. Per point: documents,
+vectors, encode docs/s, build seconds, peak RSS, bytes all in per vector and
+per document, p50/p95. `project` extends the largest point's per-document
+costs linearly to a target corpus size: encoding and bytes grow with the
+corpus; IVF training does not (its sample is capped), so it is carried as
+measured.
+"""
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from propdex.indexer.manifest import read_manifest
+
+from .peers import in_child, timed, all_in_bytes
+
+log = logging.getLogger(__name__)
+
+
+def scale_curve(corpus: Path, sizes: list[int], encoders: list[str], queries: list[str], work: Path,
+                threads: int) -> dict[str, Any]:
+    """{"points": [...], "corpus": ..., "queries": n, "threads": n}: one point per encoder and size, smallest first."""
+    points = []
+    for name in encoders:
+        for n in sorted(sizes):
+            out = work / f"{name.replace(':', '_')}-{n}"
+            if not _committed(out):
+                log.info("scale: building %s over the first %d documents of %s", name, n, corpus)
+                command = [sys.executable, "-m", "propdex", "-q", "index", str(corpus), "--encoder", name, "--limit", str(n), "--out", str(out)]
+                if subprocess.run(command).returncode:
+                    raise RuntimeError(f"scale: {' '.join(command)} failed (its error is above)")
+            point = {"encoder": name, "limit": n, **_build_figures(out),
+                     **in_child(measure_latency, index=str(out), queries=queries, threads=threads)}
+            log.info("scale: %s", point)
+            points.append(point)
+    return {"corpus": str(corpus), "queries": len(queries), "threads": threads, "points": points}
+
+
+def _committed(index: Path) -> bool:
+    try:
+        return read_manifest(index).get("status") == "complete"
+    except ValueError:
+        return False
+
+
+def _build_figures(index: Path) -> dict[str, Any]:
+    m = read_manifest(index)
+    t = m["timings"]
+    docs, vectors = m["counts"]["documents"], m["counts"]["vectors"]
+    total = all_in_bytes(index, m, m["encoder"]["dim"])
+    return {
+        "documents": docs, "vectors": vectors, "factory": m["index"]["factory"],
+        "encode_s": t["encode_s"], "encode_docs_per_s": round(docs / t["encode_s"], 2) if t["encode_s"] else None,
+        "build_s": round(t["encode_s"] + t["train_s"] + t["add_s"], 1), "train_s": t["train_s"], "add_s": t["add_s"],
+        "peak_rss_mb": t.get("peak_rss_mb"),
+        "bytes_per_vector": round(total / vectors, 1), "bytes_per_doc": round(total / docs, 1),
+    }
+
+
+def measure_latency(index: str, queries: list[str], threads: int) -> dict[str, Any]:
+    """p50/p95 of one-at-a-time searches (k=10, query encoding included); runs in a child (`in_child`)."""
+    import numpy as np
+
+    from propdex.encoders import encoder_from_config
+    from propdex.retriever import Searcher
+
+    encoder = encoder_from_config(read_manifest(Path(index))["encoder"], device="cpu")
+    with Searcher.load(Path(index), encoder=encoder, threads=threads) as searcher:
+        _, times = timed([(str(i), q) for i, q in enumerate(queries)], lambda text: [(h.doc_id, h.score) for h in searcher.search(text, k=10)])
+    t = np.asarray(times)
+    return {"p50_ms": round(float(np.percentile(t, 50)), 1), "p95_ms": round(float(np.percentile(t, 95)), 1)}
+
+
+def project(points: list[dict[str, Any]], documents: int) -> dict[str, dict[str, Any]]:
+    """Per encoder, the largest point's per-document encode seconds and bytes
+    times `documents`; its training seconds as measured."""
+    out = {}
+    for name in dict.fromkeys(p["encoder"] for p in points):
+        big = max((p for p in points if p["encoder"] == name), key=lambda p: p["documents"])
+        scale = documents / big["documents"]
+        out[name] = {
+            "from_documents": big["documents"], "documents": documents,
+            "encode_hours": round(big["encode_s"] * scale / 3600, 1),
+            "add_hours": round(big["add_s"] * scale / 3600, 2), "train_s": big["train_s"],
+            "vectors": round(big["vectors"] * scale), "bytes_all_in_gb": round(big["bytes_per_doc"] * documents / 1e9, 1),
+        }
+    return out
+
+
+def plot(curve: dict[str, Any], path: Path) -> None:
+    """Encode docs/s, build seconds, peak RSS, bytes and p50 against corpus size (log x)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("encode_docs_per_s", "encode docs/s"), ("build_s", "build s"), ("peak_rss_mb", "peak RSS MB"),
+              ("bytes_per_doc", "bytes per document, all in"), ("p50_ms", "p50 ms, one thread")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4))
+    for ax, (key, label) in zip(axes, panels):
+        for name in dict.fromkeys(p["encoder"] for p in curve["points"]):
+            pts = [p for p in curve["points"] if p["encoder"] == name]
+            ax.plot([p["documents"] for p in pts], [p[key] for p in pts], marker="o", label=name)
+        ax.set_xscale("log")
+        ax.set_xlabel("documents")
+        ax.set_title(label)
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
