@@ -13,7 +13,8 @@
    eager torch, and how far each runtime's vectors are from torch's.
 6. With `--peers` (eval.peers): propdex, exact MaxSim and each peer
    (colbert-plaid) on the same token vectors, queries and threads:
-   nDCG@10, bytes per vector all in, p50/p95, build seconds, peak RSS.
+   nDCG@10, bytes per vector all in, p50/p95, build seconds, peak RSS;
+   `--also` adds other propdex indexes of the corpus (another store or factory).
 7. `--sections scale` (eval.scale, hours on a CPU: never by default):
    indexes over the first `--scale-sizes` documents of `--scale-corpus`,
    per encoder: docs/s, build seconds, peak RSS, bytes, p50; a plot, and
@@ -204,6 +205,8 @@ def add_commands(sub) -> None:
     p.add_argument("--peers", help=f"side by side on the corpus's test queries: propdex, exact MaxSim and these peers "
                                    f"({', '.join(PEERS)}; '' for none; a peer not installed is skipped with a message)")
     p.add_argument("--threads", type=int, help="threads for every system side by side (default: one per core)")
+    p.add_argument("--also", type=Path, action="append", default=[],
+                   help="with --peers: another propdex index of --corpus measured beside (another --store or --factory); repeatable")
     p.add_argument("--work", type=Path, default=Path("runs/bench"), help="where the bench builds its indexes")
     p.add_argument("--out", type=Path, help="write the JSON here")
     p.set_defaults(run=_run)
@@ -254,7 +257,7 @@ def _run(args) -> int:
     if peers is not None:
         task = load_beir(args.corpus)
         result |= side_by_side(index, [(q.id, q.text) for q in task.queries], task.qrels, peers,
-                               args.threads or torch.get_num_threads(), args.work / "peers")
+                               args.threads or torch.get_num_threads(), args.work / "peers", also=args.also)
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -69,14 +69,21 @@ def missing_peers(peers: list[str]) -> dict[str, str]:
 
 
 def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], peers: list[str],
-                 threads: int, work: Path) -> dict[str, Any]:
-    """{"systems": {"propdex": {...}, peer: {...}}, "exact": {...}, "skipped": {peer: why}, "threads": n}."""
+                 threads: int, work: Path, also: list[Path] = ()) -> dict[str, Any]:
+    """{"systems": {"propdex": {...}, peer: {...}}, "exact": {...}, "skipped": {peer: why}, "threads": n}.
+
+    `also`: more propdex indexes of the same corpus (another store or
+    factory), each a system named by its settings, `propdex:store=codes:factory=...`."""
     skipped = missing_peers(peers)
     for peer, why in skipped.items():
         log.warning("skipping peer %s: %s", peer, why)
     common = {"index": str(index), "queries": queries, "qrels": qrels, "threads": threads}
     result: dict[str, Any] = {"systems": {}, "exact": None, "skipped": skipped, "threads": threads}
     result["systems"]["propdex"] = in_child(measure_propdex, **common)
+    for other in also:
+        m = read_manifest(other)
+        name = f"propdex:store={m['settings'].get('store', 'float16')}:factory={m['index']['factory']}"
+        result["systems"][name] = in_child(measure_propdex, **common | {"index": str(other)})
     result["exact"] = in_child(measure_exact, **common)
     for peer in peers:
         if peer not in skipped:

@@ -31,13 +31,14 @@ def test_bench_side_by_side_skips_a_peer_that_is_not_installed(tmp_path, monkeyp
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "colbert" else real(name, *a))
     corpus = tiny_beir(tmp_path / "beir", 40)
-    out = tmp_path / "bench.json"
+    out, codes = tmp_path / "bench.json", tmp_path / "codes"
+    assert main(["-q", "index", str(corpus), "--encoder", "tokens", "--store", "codes", "--out", str(codes)]) == 0
     assert main(["bench", "--corpus", str(corpus), "--sections", "", "--peers", "colbert-plaid", "--threads", "1",
-                 "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+                 "--work", str(tmp_path / "work"), "--also", str(codes), "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert "skipping peer colbert-plaid: colbert is not installed" in caplog.text
     assert result["skipped"] == {"colbert-plaid": "colbert is not installed (pip install 'propdex[bench]')"}
-    assert set(result["systems"]) == {"propdex"} and result["threads"] == 1
+    assert set(result["systems"]) == {"propdex", "propdex:store=codes:factory=Flat"} and result["threads"] == 1
     for entry in (result["systems"]["propdex"], result["exact"]):
         assert set(entry) >= {"nDCG@10", "bytes_per_vector", "p50_ms", "p95_ms", "build_s", "peak_rss_mb"}
         assert 0 < entry["nDCG@10"] <= 1 and entry["peak_rss_mb"] > 100
@@ -48,6 +49,10 @@ def test_bench_side_by_side_skips_a_peer_that_is_not_installed(tmp_path, monkeyp
     assert result["systems"]["propdex"]["nDCG@10"] == result["exact"]["nDCG@10"]
     # Flat float32 index + float16 copy + offsets: 6 bytes a dimension and a little more.
     assert 6 * 384 < result["systems"]["propdex"]["bytes_per_vector"] < 6 * 384 + 64
+    # The same corpus indexed with store=codes: Flat holds the float32 vectors once, so nothing is lost.
+    same = result["systems"]["propdex:store=codes:factory=Flat"]
+    assert same["nDCG@10"] == result["exact"]["nDCG@10"] and same["store"] == "codes"
+    assert 4 * 384 < same["bytes_per_vector"] < 4 * 384 + 64
 
 
 def test_an_unknown_peer_is_refused_before_any_work(tmp_path, capsys):
@@ -132,3 +137,21 @@ def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs
     before = manifest.stat().st_mtime_ns
     assert main(args) == 0
     assert manifest.stat().st_mtime_ns == before
+
+
+def test_search_sweep_measures_each_setting_on_one_index_and_refuses_a_malformed_one(tmp_path):
+    from propdex.eval.search_sweep import main as sweep, parse_setting
+
+    with pytest.raises(ValueError, match="name=integer"):
+        parse_setting("nprobe=lots")
+    questions = tmp_path / "hotpot.json"
+    questions.write_text(json.dumps(json.loads((DATA / "hotpotqa" / "hotpot_dev_distractor_600.json").read_text())[:6]))
+    index, out = tmp_path / "index", tmp_path / "sweep.json"
+    assert main(["-q", "index", str(questions), "--encoder", "tokens", "--out", str(index)]) == 0
+    sweep(["hotpotqa", str(questions), str(index), "--settings", "default", "rerank=1", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert result["command"].startswith("python -m propdex.eval.search_sweep hotpotqa") and result["threads"] == 1
+    rows = result["settings"]
+    assert set(rows) == {"default", "rerank=1"} and all(r["p50_ms"] <= r["p95_ms"] for r in rows.values())
+    # Every question has two gold documents: one re-scored document finds at most half of them.
+    assert rows["rerank=1"]["Recall@10"] <= 50 < rows["default"]["Recall@10"]

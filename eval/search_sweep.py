@@ -1,0 +1,97 @@
+"""Search settings against quality and latency on one built index, at k = 10.
+
+Eval ranks 100 deep for its Recall@100 columns, so stage 2 there re-scores
+200 documents whatever a user's top 10 would; this sweep searches exactly
+as a user asking for 10 hits does, one query at a time on `--threads`
+threads, once per setting, on the same loaded index:
+
+    python -m propdex.eval.search_sweep beir ../shared/data/beir/scifact runs/bench/scifact-tokens \\
+        --settings default "nprobe=32,rerank=100" "nprobe=8"
+
+A setting is `default` or comma-separated SearchSettings options. BEIR tasks
+report nDCG@10, HotpotQA Recall@2/5/10; each setting gets p50/p95 ms
+(query encoding included). JSON goes to `--out` with the command and versions.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+
+def parse_setting(text: str) -> dict[str, int]:
+    if text == "default":
+        return {}
+    try:
+        return {k: int(v) for k, v in (kv.split("=") for kv in text.split(","))}
+    except ValueError:
+        raise ValueError(f"a setting is 'default' or name=integer,...; got {text!r}") from None
+
+
+def sweep(task_name: str, path: str, index: Path, settings: list[str], threads: int) -> dict[str, Any]:
+    import numpy as np
+
+    from propdex.encoders import encoder_from_config
+    from propdex.indexer.manifest import read_manifest
+    from propdex.retriever import Searcher
+
+    from .metrics import beir_metrics, hotpotqa_metrics
+    from .run import load_task
+
+    task = load_task(task_name, path, None)
+    manifest = read_manifest(index)
+    encoder = encoder_from_config(manifest["encoder"], device="cpu")
+    rows = {}
+    with Searcher.load(index, encoder=encoder, threads=threads) as searcher:
+        for q in task.queries[:5]:  # warm caches and lazy loads before the clock starts
+            searcher.search(q.text, k=10)
+        for setting in settings:
+            options = parse_setting(setting)
+            run, times = {}, []
+            for q in task.queries:
+                started = time.perf_counter()
+                hits = searcher.search(q.text, k=10, **options)
+                times.append((time.perf_counter() - started) * 1000)
+                run[q.id] = {h.doc_id: h.score for h in hits}
+            if task.qrels is not None:
+                quality = {"nDCG@10": beir_metrics(run, task.qrels)["nDCG@10"]}
+            else:
+                quality = hotpotqa_metrics({q: list(r) for q, r in run.items()}, task.gold_docs, ks=(2, 5, 10))
+            rows[setting] = {k: round(100 * v, 2) for k, v in quality.items()} | {
+                "p50_ms": round(float(np.percentile(times, 50)), 1), "p95_ms": round(float(np.percentile(times, 95)), 1)}
+            print(setting, json.dumps(rows[setting]), flush=True)
+    return {"task": task.name, "index": str(index), "factory": manifest["index"]["factory"],
+            "store": manifest["settings"].get("store", "float16"), "threads": threads, "queries": len(task.queries), "settings": rows}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m propdex.eval.search_sweep", description=__doc__.split("\n\n")[0])
+    p.add_argument("task", help="beir or hotpotqa")
+    p.add_argument("path")
+    p.add_argument("index", type=Path)
+    p.add_argument("--settings", nargs="+", default=["default"])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    for setting in args.settings:
+        parse_setting(setting)  # a typo fails before the index loads
+    if args.task not in ("beir", "hotpotqa"):
+        p.error(f"task must be beir or hotpotqa, got {args.task!r}")
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, str(args.threads))  # before numpy (imported below) starts its BLAS threads
+    from .run import run_versions
+
+    result = {"command": "python -m propdex.eval.search_sweep " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+              "versions": run_versions(), **sweep(args.task, args.path, args.index, args.settings, args.threads)}
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
