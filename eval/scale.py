@@ -38,7 +38,7 @@ def scale_curve(corpus: Path, sizes: list[int], encoders: list[str], queries: li
                 command = [sys.executable, "-m", "propdex", "-q", "index", str(corpus), "--encoder", name, "--limit", str(n), "--out", str(out)]
                 if subprocess.run(command).returncode:
                     raise RuntimeError(f"scale: {' '.join(command)} failed (its error is above)")
-            point = {"encoder": name, "limit": n, **_build_figures(out),
+            point = {"encoder": name, "limit": n, "text_bytes": _text_bytes(corpus, n), **_build_figures(out),
                      **in_child(measure_latency, index=str(out), queries=queries, threads=threads)}
             log.info("scale: %s", point)
             points.append(point)
@@ -50,6 +50,18 @@ def _committed(index: Path) -> bool:
         return read_manifest(index).get("status") == "complete"
     except ValueError:
         return False
+
+
+def _text_bytes(corpus: Path, n: int) -> int:
+    """UTF-8 bytes of the first `n` documents' titles and texts: what
+    per-document costs hide when a corpus's documents differ in length."""
+    from itertools import islice
+
+    from propdex.encoders.units import Document
+    from propdex.indexer.readers import read_corpus
+
+    docs = islice((r for r in read_corpus([corpus]) if isinstance(r, Document)), n)
+    return sum(len(d.title.encode()) + len(d.text.encode()) for d in docs)
 
 
 def _build_figures(index: Path) -> dict[str, Any]:
@@ -82,16 +94,19 @@ def measure_latency(index: str, queries: list[str], threads: int) -> dict[str, A
 
 def project(points: list[dict[str, Any]], documents: int) -> dict[str, dict[str, Any]]:
     """Per encoder, the largest point's per-document encode seconds and bytes
-    times `documents`; its training seconds as measured."""
+    times `documents`, and per gigabyte of text; its training seconds as measured."""
     out = {}
     for name in dict.fromkeys(p["encoder"] for p in points):
         big = max((p for p in points if p["encoder"] == name), key=lambda p: p["documents"])
-        scale = documents / big["documents"]
+        scale, per_gb = documents / big["documents"], 1e9 / big["text_bytes"]
         out[name] = {
             "from_documents": big["documents"], "documents": documents,
             "encode_hours": round(big["encode_s"] * scale / 3600, 1),
             "add_hours": round(big["add_s"] * scale / 3600, 2), "train_s": big["train_s"],
             "vectors": round(big["vectors"] * scale), "bytes_all_in_gb": round(big["bytes_per_doc"] * documents / 1e9, 1),
+            # Per gigabyte of text, for a corpus whose documents are shorter or longer.
+            "per_text_gb": {"encode_hours": round(big["encode_s"] * per_gb / 3600, 2), "vectors": round(big["vectors"] * per_gb),
+                            "bytes_all_in_gb": round(big["bytes_per_doc"] * big["documents"] * per_gb / 1e9, 2)},
         }
     return out
 

@@ -131,6 +131,9 @@ def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs
     projected = scale["projected"]["single"]
     assert projected["from_documents"] == 4 and projected["vectors"] == 4000
     assert projected["encode_hours"] == round(big["encode_s"] * 1000 / 3600, 1)
+    text = sum(len(t) + len(body) for t, body in articles[:4])  # the reader's text is the body (ASCII here)
+    assert big["text_bytes"] == pytest.approx(text, rel=0.1) and scale["points"][0]["text_bytes"] < big["text_bytes"]
+    assert projected["per_text_gb"]["vectors"] == round(big["vectors"] * 1e9 / big["text_bytes"])
     assert out.with_suffix(".png").stat().st_size > 1000
     # A second run measures the committed indexes again and builds nothing.
     manifest = work / "scale" / "single-4" / "manifest.json"
