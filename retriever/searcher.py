@@ -252,7 +252,7 @@ class Searcher:
         depth = max(k, FUSION_DEPTH) if st.hybrid else k
         # Multi-vector queries spread their budget over many vectors.
         per_vector = st.candidates or (64 if max(sizes) > 1 else max(100, 10 * k))
-        n_rerank = st.rerank or max(100, 2 * k)
+        n_rerank = st.rerank or default_rerank(k)
         filtered = [self._vector_mask(s, a) for s, a in zip(self.shards, allowed)]
         if within is None and where is not None and sum(int(m.sum()) for m in filtered if m is not None) <= EXACT_FILTERED_VECTORS:
             # Few vectors pass the filter: re-score every one of their documents.
@@ -552,10 +552,20 @@ class Searcher:
 
 def default_nprobe(query_vectors: int) -> int:
     """IVF lists probed per query vector unless asked: a query of one vector
-    must find every candidate with it, and probes 4x the lists each vector
-    of a multi-vector query does (measured on HotpotQA-600 propositions,
-    IVF2048: 32 lists lose 1.8 R@10 to exact search, 128 lose 0.2)."""
-    return 32 if query_vectors > 1 else 128
+    must find every candidate with it (measured on HotpotQA-600
+    propositions, IVF2048: 32 lists lose 1.8 R@10 to exact search, 128 lose
+    0.2); the vectors of a multi-vector query find a document together, and
+    16 lists each lose nothing on SciFact `tokens` (IVF4096) against 32, in
+    three quarters of the time (eval/RESULTS.md, "Search defaults")."""
+    return 16 if query_vectors > 1 else 128
+
+
+def default_rerank(k: int) -> int:
+    """Documents stage 2 re-scores exactly unless asked: 64 for a top 10, as
+    PLAID decompresses 64 of its 256 candidates (on SciFact `tokens`, 64
+    scored as 100 did: eval/RESULTS.md, "Search defaults"), and never fewer
+    than twice k."""
+    return max(64, 2 * k)
 
 
 def set_threads(n: int) -> None:
