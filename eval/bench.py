@@ -187,7 +187,8 @@ def runtimes(corpus: Path, n_docs: int, names: list[str], repeats: int = 3, enco
 def add_commands(sub) -> None:
     p = sub.add_parser("bench", help="performance figures on real data", description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", type=Path, default=Path("../shared/data/beir/scifact"), help="BEIR folder (corpus.jsonl, queries.jsonl)")
-    p.add_argument("--index", type=Path, help="a built tokens index of --corpus (default: build one under runs/bench)")
+    p.add_argument("--index", type=Path, help="a built tokens index of --corpus; with --peers one that keeps its vectors "
+                                               "(--store float16) (default: build one under runs/bench)")
     p.add_argument("--throughput-docs", type=int, default=300)
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--recall-queries", type=int, default=50)
@@ -232,7 +233,8 @@ def _run(args) -> int:
     if index is None and ({"search", "size"} & set(sections) or peers is not None):
         index = args.work / f"{args.corpus.name}-tokens"
         encoder = load_encoder("tokens", backbone=backbone)
-        IndexWriter(index, encoder, inputs={"paths": [str(args.corpus.resolve())]}).build(read_corpus([args.corpus]))
+        # float16: exact MaxSim and the peers are built from the index's own vectors.
+        IndexWriter(index, encoder, store="float16", inputs={"paths": [str(args.corpus.resolve())]}).build(read_corpus([args.corpus]))
     queries = list(beir_queries(args.corpus / "queries.jsonl").values())[: args.queries]
     result: dict[str, Any] = {
         "command": "propdex " + " ".join(shlex.quote(a) for a in sys.argv[1:]),

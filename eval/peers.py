@@ -74,6 +74,9 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
 
     `also`: more propdex indexes of the same corpus (another store or
     factory), each a system named by its settings, `propdex:store=codes:factory=...`."""
+    if read_manifest(index)["settings"].get("store", "float16") != "float16":
+        raise ValueError(f"bench --peers: {index} keeps no float16 vectors, and exact MaxSim and the peers are built from them; "
+                         f"give an index built with --store float16, and this one with --also")
     skipped = missing_peers(peers)
     for peer, why in skipped.items():
         log.warning("skipping peer %s: %s", peer, why)

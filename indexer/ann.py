@@ -32,22 +32,27 @@ def set_threads(n: int) -> None:
     faiss.omp_set_num_threads(n)
 
 
-def default_factory(n_vectors: int, dim: int) -> str:
+def default_factory(n_vectors: int, dim: int, store: str = "float16") -> str:
     """Flat for tiny corpora, else IVF + PQ.
 
     nlist ~ 4 sqrt(N) (a power of two, with >= 39 training points per list as
-    k-means needs); PQ codes of dim/4 bytes (m sub-quantizers of 8 bits), which
-    keeps stage-1 recall high while stage 2 re-scores exactly anyway.
-
-    No OPQ rotation by default: on 2 CPU cores, training OPQ96 for 384-d
-    vectors took 235 s against 8 s for the IVF k-means (see README), for a
-    stage-1 ranking that stage 2 re-scores exactly. `--factory
-    OPQ96,IVF2048,PQ96` gives it where the time is there.
+    k-means needs). Beside a float16 copy, PQ codes of dim/4 bytes (m
+    sub-quantizers of 8 bits) only route stage 1, which stage 2 re-scores
+    exactly: no OPQ rotation, whose training costs minutes (324 s against
+    46 s for IVF4096,PQ96 on SciFact `tokens`, 2 cores). When stage 2 reads
+    the codes (`store="codes"`), they are what it scores: dim/6 bytes after
+    an OPQ rotation, which spreads MiniLM's variance, concentrated in few
+    dimensions, over the sub-quantizers (SciFact `tokens`: OPQ64 codes
+    -0.14 nDCG@10 against exact, PQ64 without the rotation -0.81, PQ96
+    -0.57; eval/RESULTS.md, "What stage 2 reads").
     """
     if n_vectors < FLAT_BELOW:
         return "Flat"
     nlist = 2 ** round(math.log2(4 * math.sqrt(n_vectors)))
     nlist = max(64, min(nlist, 2 ** int(math.log2(n_vectors // 39))))
+    if store == "codes":
+        m = max(d for d in range(1, dim // 6 + 1) if dim % d == 0)
+        return f"OPQ{m},IVF{nlist},PQ{m}"
     m = max(d for d in range(1, dim // 4 + 1) if dim % d == 0)
     return f"IVF{nlist},PQ{m}"
 

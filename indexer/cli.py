@@ -50,7 +50,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", default="faiss", choices=ann.BACKENDS, help="stage-1 ANN library")
     p.add_argument("--store", default="float16", choices=STORES,
                    help="what stage 2 re-scores: float16 (an exact copy of every vector, 2 bytes a dimension) or codes "
-                        "(the ANN index's own codes decoded: IVF-PQ stores each vector once, about dim/4 + 13 bytes)")
+                        "(the ANN index's own codes decoded; without --factory, OPQ + IVF + PQ of dim/6 bytes past 50k vectors)")
     p.add_argument("--backbone", default=DEFAULT_BACKBONE, help="Hugging Face model name or local directory")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--runtime", default="torch", choices=RUNTIMES,

@@ -28,7 +28,7 @@ def build(tmp_path, backbone, docs, name="ix", **kw):
 
 
 def test_build_writes_shards_manifest_and_exact_store(tmp_path, tiny, hotpot_docs):
-    enc, manifest = build(tmp_path, tiny, hotpot_docs)
+    enc, manifest = build(tmp_path, tiny, hotpot_docs, store="float16")
     ix = tmp_path / "ix"
     assert manifest["status"] == "complete"
     assert manifest["counts"]["documents"] == len(hotpot_docs)
@@ -56,7 +56,7 @@ def test_a_shard_is_written_a_few_documents_at_a_time(tmp_path, tiny, hotpot_doc
     ENCODE_DOCS documents at a time, and the shard is the one a single batch writes."""
     from propdex.indexer import build as build_module
 
-    _, whole = build(tmp_path, tiny, hotpot_docs[:40], name="whole", shard_docs=40)
+    _, whole = build(tmp_path, tiny, hotpot_docs[:40], name="whole", shard_docs=40, store="float16")
     batches = []
     real_add = build_module.ShardWriter.add
 
@@ -66,7 +66,7 @@ def test_a_shard_is_written_a_few_documents_at_a_time(tmp_path, tiny, hotpot_doc
 
     monkeypatch.setattr(build_module, "ENCODE_DOCS", 7)
     monkeypatch.setattr(build_module.ShardWriter, "add", add)
-    _, streamed = build(tmp_path, tiny, hotpot_docs[:40], name="streamed", shard_docs=40)
+    _, streamed = build(tmp_path, tiny, hotpot_docs[:40], name="streamed", shard_docs=40, store="float16")
     assert batches == [7, 7, 7, 7, 7, 5]
     assert streamed["counts"] == whole["counts"] and len(streamed["shards"]) == 1
     a, b = ShardStore(tmp_path / "whole" / "shard-00000"), ShardStore(tmp_path / "streamed" / "shard-00000")
@@ -80,6 +80,17 @@ def test_a_shard_is_written_a_few_documents_at_a_time(tmp_path, tiny, hotpot_doc
     chunks = list(b.iter_vectors(rows=100))
     assert max(len(c) for c in chunks) == 100 and len(chunks) == -(-len(stored) // 100)
     np.testing.assert_array_equal(np.concatenate(chunks), np.asarray(stored, dtype=np.float32))
+    # Long documents make smaller chunks: never more than ENCODE_PASSAGES passages, save one document alone.
+    enc = load_encoder("tokens", backbone=tiny)
+    passages = [len(enc.passages(d)) for d in hotpot_docs[:40]]
+    cap = max(passages) + 1
+    monkeypatch.setattr(build_module, "ENCODE_PASSAGES", cap)
+    batches.clear()
+    _, capped = build(tmp_path, tiny, hotpot_docs[:40], name="capped", shard_docs=40, store="float16")
+    assert sum(batches) == 40 and max(batches) <= 7 and len(batches) > 6
+    bounds = np.cumsum([0] + batches)
+    assert all(sum(passages[a:b]) <= cap for a, b in zip(bounds[:-1], bounds[1:]))
+    assert capped["counts"] == whole["counts"]
 
 
 def test_search_levels_agree_with_brute_force_maxsim(tmp_path, tiny, hotpot_docs):
@@ -131,7 +142,7 @@ def test_refuses_foreign_directories_and_other_settings(tmp_path, tiny, hotpot_d
 
 def test_pq_factory_and_hnsw_backend_find_the_same_top_documents(tmp_path, tiny, hotpot_docs):
     enc, flat = build(tmp_path, tiny, hotpot_docs, name="flat")
-    _, pq = build(tmp_path, tiny, hotpot_docs, name="pq", factory="IVF16,PQ8")
+    _, pq = build(tmp_path, tiny, hotpot_docs, name="pq", factory="IVF16,PQ8", store="float16")  # codes only route stage 1
     _, hnsw = build(tmp_path, tiny, hotpot_docs, name="hnsw", backend="hnsw")
     assert pq["index"]["factory"] == "IVF16,PQ8" and hnsw["index"]["factory"] == "HNSW"
     query = "the British rock band formed in London"

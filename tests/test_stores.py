@@ -143,6 +143,14 @@ def test_store_is_checked_and_kept_by_later_writers(tmp_path, tiny):
     index.close()
 
 
+def test_codes_that_stage_two_scores_get_an_opq_rotation_by_default():
+    # Codes that only route stage 1 (beside the float16 copy): dim/4 bytes, no rotation.
+    assert ann.default_factory(1_407_293, 384) == "IVF4096,PQ96"
+    # Codes that stage 2 scores: dim/6 bytes after an OPQ rotation (SciFact: -0.14 nDCG@10 against -0.81 without).
+    assert ann.default_factory(1_407_293, 384, "codes") == "OPQ64,IVF4096,PQ64"
+    assert ann.default_factory(20_000, 384, "codes") == "Flat"  # small corpora: the float32 vectors themselves
+
+
 def test_an_opq_rotation_is_undone_for_the_whole_batch_as_faiss_undoes_it_per_vector():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4000, 32)).astype(np.float32)
