@@ -208,6 +208,28 @@ def decoder(index: Any) -> Callable[[np.ndarray], np.ndarray]:
     return lambda ids: index.reconstruct_batch(np.ascontiguousarray(ids, dtype=np.int64))
 
 
+def scoring_decoder(index: Any) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray] | None]:
+    """(decode, rotate) for stage 2: inner products of `rotate(queries)` with
+    `decode(ids)` equal those of the queries with `decoder(index)(ids)`.
+    Behind an orthonormal rotation without bias (OPQ's), the codes are
+    decoded in the rotated space and the query's few vectors are rotated
+    instead of un-rotating every candidate vector: FAISS's reverse_chain
+    took 81 of 110 ms a query on SciFact `tokens` (17k candidate vectors,
+    a 384 x 384 product each). `rotate` is None where nothing is rotated."""
+    typed = None if isinstance(index, HnswIndex) else faiss.downcast_index(index)
+    if isinstance(typed, faiss.IndexPreTransform) and typed.chain.size() == 1:
+        lt = faiss.downcast_VectorTransform(typed.chain.at(0))
+        if isinstance(lt, faiss.LinearTransform) and lt.is_orthonormal and not lt.have_bias and lt.d_in == lt.d_out:
+            a = faiss.vector_to_array(lt.A).reshape(lt.d_out, lt.d_in).astype(np.float32)
+            inner = decoder(typed.index)
+
+            def decode(ids: np.ndarray, owner: Any = index) -> np.ndarray:  # `owner` keeps the C++ index alive
+                return inner(ids)
+
+            return decode, lambda q: np.ascontiguousarray(q, dtype=np.float32) @ a.T
+    return decoder(index), None
+
+
 def build_hnsw(chunks: Iterable[np.ndarray], n: int, dim: int, path: Path, m: int = 16, ef_construction: int = 200):
     import hnswlib
 

@@ -80,6 +80,7 @@ class _Shard:
     store: ShardStore
     index: Any  # faiss.Index or ann.HnswIndex
     live: np.ndarray | None = None  # bool per document; None: none is deleted
+    rotate: Any = None  # store="codes" behind OPQ: stage 2 scores rotated queries against codes decoded in the rotated space
 
     def vector_mask(self, docs: np.ndarray) -> np.ndarray:
         """Per vector, whether its document is in the bool mask `docs`."""
@@ -179,7 +180,7 @@ class Searcher:
                                      f"{counts[2]} indexed vectors, its manifest {s['docs']} and {s['vectors']}")
                 shards[-1].index = index
                 if not store.has_vectors:  # store="codes": stage 2 decodes the index's codes
-                    store.decoder = ann.decoder(index)
+                    store.decoder, shards[-1].rotate = ann.scoring_decoder(index)
                 if s.get("deleted"):
                     shards[-1].live = np.ones(len(store), dtype=bool)
                     shards[-1].live[read_deleted(path / s["name"] / s["deleted"])] = False
@@ -470,7 +471,8 @@ class Searcher:
             if not stored:
                 continue
             parts = [v for v, _ in stored]
-            sims = scoring.block_logits(q, np.concatenate(parts), blocks) if blocks else scoring.similarities(q, parts)
+            qs = q if self.shards[shard].rotate is None else self.shards[shard].rotate(q)
+            sims = scoring.block_logits(qs, np.concatenate(parts), blocks) if blocks else scoring.similarities(qs, parts)
             bounds = np.cumsum([0] + [len(v) for v, _ in stored])
             for i, (o, (_, sen)) in enumerate(zip(ordinals, stored)):
                 out.append(_Candidate(shard, o, sims[:, bounds[i] : bounds[i + 1]], sen, 0.0))

@@ -162,6 +162,23 @@ def test_an_opq_rotation_is_undone_for_the_whole_batch_as_faiss_undoes_it_per_ve
     assert ((decoded * x[ids]).sum(1) > 0.5).all()  # and they are the vectors, roughly
 
 
+def test_stage_two_scores_rotated_queries_against_rotated_codes_as_it_would_unrotated_ones():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4000, 32)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    q = x[[5, 77, 1200]] + 0.1 * rng.standard_normal((3, 32)).astype(np.float32)
+    ids = np.array([3, 0, 3999, 17, 5], dtype=np.int64)
+    for factory, rotated in (("OPQ8,IVF8,PQ8", True), ("IVF8,PQ8", False), ("Flat", False)):
+        index = ann.fill(ann.train(factory, x), [x])
+        decode, rotate = ann.scoring_decoder(index)
+        assert (rotate is not None) == rotated
+        expected = q @ ann.decoder(index)(ids).T
+        got = (rotate(q) if rotate else q) @ decode(ids).T
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+        if rotated:  # the codes really are read in another space: un-rotated, they score otherwise
+            assert not np.allclose(q @ decode(ids).T, expected, atol=1e-2)
+
+
 def test_a_decoder_keeps_the_index_it_reads_alive():
     """FAISS's downcast and sub-index wrappers do not own their C++ index:
     a decoder of a temporary index must hold it (this crashed once)."""
