@@ -320,7 +320,10 @@ def _ranked(doc_ids) -> dict[str, float]:
     return {doc_id: float(len(doc_ids) - i) for i, doc_id in enumerate(doc_ids)}
 
 
+def latency(times: list[float]) -> dict[str, float]:
+    """p50 and p95 of per-query milliseconds."""
+    return {"p50_ms": round(float(np.percentile(times, 50)), 1), "p95_ms": round(float(np.percentile(times, 95)), 1)}
+
+
 def _quality_and_latency(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]], times: list[float]) -> dict[str, Any]:
-    t = np.asarray(times)
-    return {"nDCG@10": round(beir_metrics(run, qrels)["nDCG@10"], 4), "queries": len(times),
-            "p50_ms": round(float(np.percentile(t, 50)), 1), "p95_ms": round(float(np.percentile(t, 95)), 1)}
+    return {"nDCG@10": round(beir_metrics(run, qrels)["nDCG@10"], 4), "queries": len(times), **latency(times)}

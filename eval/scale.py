@@ -21,7 +21,7 @@ from typing import Any
 
 from propdex.indexer.manifest import read_manifest
 
-from .peers import in_child, timed, all_in_bytes
+from .peers import all_in_bytes, in_child, latency, timed
 
 log = logging.getLogger(__name__)
 
@@ -80,16 +80,13 @@ def _build_figures(index: Path) -> dict[str, Any]:
 
 def measure_latency(index: str, queries: list[str], threads: int) -> dict[str, Any]:
     """p50/p95 of one-at-a-time searches (k=10, query encoding included); runs in a child (`in_child`)."""
-    import numpy as np
-
     from propdex.encoders import encoder_from_config
     from propdex.retriever import Searcher
 
     encoder = encoder_from_config(read_manifest(Path(index))["encoder"], device="cpu")
     with Searcher.load(Path(index), encoder=encoder, threads=threads) as searcher:
         _, times = timed([(str(i), q) for i, q in enumerate(queries)], lambda text: [(h.doc_id, h.score) for h in searcher.search(text, k=10)])
-    t = np.asarray(times)
-    return {"p50_ms": round(float(np.percentile(t, 50)), 1), "p95_ms": round(float(np.percentile(t, 95)), 1)}
+    return latency(times)
 
 
 def project(points: list[dict[str, Any]], documents: int) -> dict[str, dict[str, Any]]:

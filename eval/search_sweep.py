@@ -19,7 +19,6 @@ import json
 import os
 import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +34,12 @@ def parse_setting(text: str) -> dict[str, int]:
 
 
 def sweep(task_name: str, path: str, index: Path, settings: list[str], threads: int) -> dict[str, Any]:
-    import numpy as np
-
     from propdex.encoders import encoder_from_config
     from propdex.indexer.manifest import read_manifest
     from propdex.retriever import Searcher
 
     from .metrics import beir_metrics, hotpotqa_metrics
+    from .peers import latency, timed
     from .run import load_task
 
     task = load_task(task_name, path, None)
@@ -49,22 +47,15 @@ def sweep(task_name: str, path: str, index: Path, settings: list[str], threads: 
     encoder = encoder_from_config(manifest["encoder"], device="cpu")
     rows = {}
     with Searcher.load(index, encoder=encoder, threads=threads) as searcher:
-        for q in task.queries[:5]:  # warm caches and lazy loads before the clock starts
-            searcher.search(q.text, k=10)
         for setting in settings:
             options = parse_setting(setting)
-            run, times = {}, []
-            for q in task.queries:
-                started = time.perf_counter()
-                hits = searcher.search(q.text, k=10, **options)
-                times.append((time.perf_counter() - started) * 1000)
-                run[q.id] = {h.doc_id: h.score for h in hits}
+            run, times = timed([(q.id, q.text) for q in task.queries],
+                               lambda text: [(h.doc_id, h.score) for h in searcher.search(text, k=10, **options)])
             if task.qrels is not None:
                 quality = {"nDCG@10": beir_metrics(run, task.qrels)["nDCG@10"]}
             else:
                 quality = hotpotqa_metrics({q: list(r) for q, r in run.items()}, task.gold_docs, ks=(2, 5, 10))
-            rows[setting] = {k: round(100 * v, 2) for k, v in quality.items()} | {
-                "p50_ms": round(float(np.percentile(times, 50)), 1), "p95_ms": round(float(np.percentile(times, 95)), 1)}
+            rows[setting] = {k: round(100 * v, 2) for k, v in quality.items()} | latency(times)
             print(setting, json.dumps(rows[setting]), flush=True)
     return {"task": task.name, "index": str(index), "factory": manifest["index"]["factory"],
             "store": manifest["settings"].get("store", "float16"), "threads": threads, "queries": len(task.queries), "settings": rows}

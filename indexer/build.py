@@ -81,13 +81,15 @@ SETTINGS = ("shard_docs", "factory", "backend", "bm25", "store")  # what a write
 def _chunks(docs: list[Document], passages: Callable[[Document], list[Passage]]) -> Iterator[tuple[list[Document], list[list[Passage]]]]:
     chunk: list[Document] = []
     cut: list[list[Passage]] = []
+    held = 0  # passages in `cut`
     for doc in docs:
         ps = passages(doc)
-        if chunk and (len(chunk) == ENCODE_DOCS or sum(map(len, cut)) + len(ps) > ENCODE_PASSAGES):
+        if chunk and (len(chunk) == ENCODE_DOCS or held + len(ps) > ENCODE_PASSAGES):
             yield chunk, cut
-            chunk, cut = [], []
+            chunk, cut, held = [], [], 0
         chunk.append(doc)
         cut.append(ps)
+        held += len(ps)
     if chunk:
         yield chunk, cut
 

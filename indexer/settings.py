@@ -23,7 +23,7 @@ from . import ann
 #   removed once a shard's ANN index is committed.
 #   float16 stays the default: OPQ64 codes lose 0.14 nDCG@10 on SciFact
 #   `tokens` in 11x fewer bytes, but 0.91 Recall@10 on HotpotQA-600
-#   (eval/RESULTS.md, "What stage 2 reads").
+#   (eval/RESULTS.md, "What stage 2 reads", "Codes on HotpotQA").
 STORES = ("float16", "codes")
 
 

@@ -558,14 +558,14 @@ def default_nprobe(query_vectors: int) -> int:
     propositions, IVF2048: 32 lists lose 1.8 R@10 to exact search, 128 lose
     0.2); the vectors of a multi-vector query find a document together, and
     16 lists each lose nothing on SciFact `tokens` (IVF4096) against 32, in
-    three quarters of the time (eval/RESULTS.md, "Search defaults")."""
+    three quarters of the time (eval/RESULTS.md, "Stage 2 and the search defaults")."""
     return 16 if query_vectors > 1 else 128
 
 
 def default_rerank(k: int) -> int:
     """Documents stage 2 re-scores exactly unless asked: 64 for a top 10, as
     PLAID decompresses 64 of its 256 candidates (on SciFact `tokens`, 64
-    scored as 100 did: eval/RESULTS.md, "Search defaults"), and never fewer
+    scored as 100 did: eval/RESULTS.md, "Stage 2 and the search defaults"), and never fewer
     than twice k."""
     return max(64, 2 * k)
 
