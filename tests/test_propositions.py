@@ -422,3 +422,43 @@ def test_isolated_context_reads_each_sentence_apart_in_one_pass(tiny_encoder):
     prefix = int((blocks == 0).sum())
     for block in (1, 2, 3):
         assert position[torch.from_numpy(blocks == block)].tolist() == list(range(prefix, prefix + int((blocks == block).sum())))
+
+
+def test_infonce_both_ways_also_asks_each_teacher_to_pick_its_own_student():
+    from propdex.encoders.training.proposition import info_nce
+
+    g = torch.Generator().manual_seed(0)
+    s = torch.nn.functional.normalize(torch.randn(6, 8, generator=g), dim=-1)
+    t = torch.nn.functional.normalize(torch.randn(6, 8, generator=g), dim=-1)
+    one_way = info_nce(s, t, 0.1)
+    torch.testing.assert_close(info_nce(s, t, 0.1, both=True), 0.5 * (one_way + info_nce(t, s, 0.1)))
+    assert not torch.isclose(info_nce(s, t, 0.1, both=True), one_way)
+
+
+def test_heldout_p1_counts_a_sibling_student_that_takes_its_teacher(tiny_encoder):
+    """heldout_p1 picks epochs by each teacher's top student: a student moved
+    onto another proposition's teacher costs that teacher its top-1."""
+    from propdex.encoders import Document
+    from propdex.encoders.training.proposition import featurize, heldout_p1
+
+    texts = ["Kenosha is a city in Wisconsin, on the shore of Lake Michigan.", "The film won a prize, and its director was born in 1967.",
+             "Paris is the capital of France and its largest city.", "He played for the club until 1998, when he retired."]
+    fs = featurize(tiny_encoder, [Document(f"s{i}", t, "T", ((0, len(t)),)) for i, t in enumerate(texts)], progress=False)
+    head = tiny_encoder.head
+
+    class Oracle(torch.nn.Module):  # students equal to their teachers: every teacher's top-1 is its own
+        def __init__(self, steal: bool) -> None:
+            super().__init__()
+            self.steal = steal
+
+        def embed(self, x):
+            return head.embed(x)
+
+        def forward(self, x):
+            z = head.embed(torch.from_numpy(fs.teacher.astype(np.float32))).clone()
+            if self.steal:
+                z[1] = z[0] * 2  # student 1 outscores student 0 on teacher 0
+            return z
+
+    assert heldout_p1(Oracle(False), fs, torch.device("cpu"), 0) == 1.0
+    assert heldout_p1(Oracle(True), fs, torch.device("cpu"), 0) < 1.0

@@ -37,6 +37,10 @@ def add_commands(sub) -> None:
     e.add_argument("--tau", type=float, default=0.05, help="InfoNCE temperature")
     e.add_argument("--relational-weight", type=float, default=1.0, help="weight of the term that keeps the query map's similarities")
     e.add_argument("--nce-weight", type=float, default=0.1, help="weight of InfoNCE beside the cosine to the teacher")
+    e.add_argument("--nce-both", action="store_true",
+                   help="InfoNCE both ways: each teacher (a query's side) must also pick its own student among the batch's, siblings included")
+    e.add_argument("--select", choices=("cosine", "p1"), default="cosine",
+                   help="what picks the epoch: held-out cosine to the teacher, or held-out P@1 of each teacher among all students at the prefix dims")
     e.add_argument("--train-query", action="store_true", help="let the query map move from the teacher's principal components")
     e.add_argument("--epochs", type=int, default=20)
     e.add_argument("--batch", type=int, default=512, help="propositions per batch (whole sentences)")
@@ -118,7 +122,7 @@ def _proposition(args) -> int:
         args.wiki, args.out, sentences=args.sentences, heldout=args.heldout, backbone=args.backbone, out_dim=args.dim, prefix=args.prefix,
         sentence_weight=args.sentence_weight,
         hidden=args.hidden, layers=tuple(int(x) for x in args.layers.split(",")), tau=args.tau,
-        relational_weight=args.relational_weight, nce_weight=args.nce_weight, train_query=args.train_query, epochs=args.epochs, batch=args.batch,
+        relational_weight=args.relational_weight, nce_weight=args.nce_weight, nce_both=args.nce_both, select=args.select, train_query=args.train_query, epochs=args.epochs, batch=args.batch,
         lr=args.lr, cache=args.cache, seed=args.seed, device=args.device, context=args.context,
     )
     return 0
