@@ -71,6 +71,13 @@ LEGACY_HEAD = "proposition-lora"
 CONTEXTS = ("sentence", "passage", "isolated")
 
 
+def leading(v: torch.Tensor, dims: int) -> torch.Tensor:
+    """The leading `dims` dimensions, re-normalised (all of them for 0):
+    what `proposition:dims=` indexes, and what training's Matryoshka term
+    and epoch selection score."""
+    return nn.functional.normalize(v[:, :dims] if dims else v, dim=-1)
+
+
 class PropositionHead(nn.Module):
     """Student: in-context features -> MLP -> L2-normalised `out_dim` vector,
     plus (`query_dim`) the linear map that puts the backbone's mean vector
@@ -215,7 +222,7 @@ class PropositionEncoder(Encoder):
     def _cut(self, vectors: torch.Tensor) -> np.ndarray:
         """The leading `dims` dimensions, re-normalised."""
         if self._dim != self.out_dim:
-            vectors = nn.functional.normalize(vectors[:, : self._dim].float(), dim=-1)
+            vectors = leading(vectors.float(), self._dim)
         return vectors.float().cpu().numpy()
 
     @property

@@ -50,11 +50,9 @@ def default_factory(n_vectors: int, dim: int, store: str = "float16") -> str:
         return "Flat"
     nlist = 2 ** round(math.log2(4 * math.sqrt(n_vectors)))
     nlist = max(64, min(nlist, 2 ** int(math.log2(n_vectors // 39))))
-    if store == "codes":
-        m = max(d for d in range(1, dim // 6 + 1) if dim % d == 0)
-        return f"OPQ{m},IVF{nlist},PQ{m}"
-    m = max(d for d in range(1, dim // 4 + 1) if dim % d == 0)
-    return f"IVF{nlist},PQ{m}"
+    # m sub-quantizers must divide dim: the largest m up to dim/6 (codes) or dim/4.
+    m = max(d for d in range(1, dim // (6 if store == "codes" else 4) + 1) if dim % d == 0)
+    return f"OPQ{m},IVF{nlist},PQ{m}" if store == "codes" else f"IVF{nlist},PQ{m}"
 
 
 def training_size(factory: str, n_vectors: int) -> int:

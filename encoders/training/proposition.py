@@ -48,7 +48,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..backbone import Backbone
-from ..proposition import PropositionEncoder, PropositionHead, feature_dim, mean_vectors, sentence_pieces
+from ..proposition import PropositionEncoder, PropositionHead, feature_dim, leading, mean_vectors, sentence_pieces
 from ..provenance import command_line, hardware, library_versions, save_weights, sha256_file
 from ..segment import spans_text
 from ..text import split_sentences
@@ -267,9 +267,8 @@ def heldout_p1(head: PropositionHead, fs: FeatureSet, device: torch.device, pref
     """Held-out P@1 of each teacher (a query's side) among all held-out
     students at the leading `prefix` dims: its own student must beat its
     siblings', which share its context (PropSegment's commonest miss)."""
-    cut = lambda v: torch.nn.functional.normalize(v[:, :prefix] if prefix else v, dim=-1)  # noqa: E731
-    s = cut(head(torch.from_numpy(fs.features.astype(np.float32)).to(device)))
-    t = cut(head.embed(torch.from_numpy(fs.teacher.astype(np.float32)).to(device)))
+    s = leading(head(torch.from_numpy(fs.features.astype(np.float32)).to(device)), prefix)
+    t = leading(head.embed(torch.from_numpy(fs.teacher.astype(np.float32)).to(device)), prefix)
     return float(((t @ s.T).argmax(1).cpu() == torch.arange(len(s))).float().mean())
 
 
@@ -279,6 +278,8 @@ def train_proposition(
     sentence_weight: float = 0.5, nce_weight: float = 0.1, nce_both: bool = False, select: str = "cosine", relational_weight: float = 1.0, train_query: bool = False, epochs: int = 20, batch: int = 512, lr: float = 1e-3,
     cache: Path | None = None, seed: int = 0, device: str = "auto", context: str = "sentence",
 ) -> dict[str, Any]:
+    if select not in ("cosine", "p1"):
+        raise ValueError(f"select picks the epoch by 'cosine' or 'p1', got {select!r}")
     started = time.time()
     random.seed(seed)
     torch.manual_seed(seed)
@@ -317,9 +318,9 @@ def train_proposition(
     teacher = target(tr, bb.dim, sentence_weight)
     va.teacher = target(va, bb.dim, sentence_weight).numpy()
     rng = random.Random(seed)
-    metric = (lambda: heldout_p1(head.eval(), va, bb.device, prefix)) if select == "p1" else (lambda: heldout_cosine(head.eval(), va, bb.device))
+    name, metric = (("heldout_p1", lambda: heldout_p1(head.eval(), va, bb.device, prefix)) if select == "p1"
+                    else ("heldout_cosine", lambda: heldout_cosine(head.eval(), va, bb.device)))
     best = (metric(), 0, {k: v.detach().cpu().clone() for k, v in head.state_dict().items()})
-    name = "heldout_p1" if select == "p1" else "heldout_cosine"
     log.info("epoch 0 (untrained: mask pooling through the PCA map) %s %.4f", name, best[0])
     history = [{"epoch": 0, name: round(best[0], 4)}]
     for epoch in tqdm(range(1, epochs + 1), desc="train proposition"):
@@ -334,8 +335,7 @@ def train_proposition(
             loss = distillation(z, t, tau, nce_weight, nce_both)
             if prefix and prefix < out_dim:
                 # Matryoshka: the leading `prefix` dimensions retrieve on their own (`dims=64`).
-                cut = lambda v: torch.nn.functional.normalize(v[:, :prefix], dim=-1)  # noqa: E731
-                loss = loss + distillation(cut(z), cut(t), tau, nce_weight, nce_both)
+                loss = loss + distillation(leading(z, prefix), leading(t, prefix), tau, nce_weight, nce_both)
             if train_query and relational_weight:
                 loss = loss + relational_weight * relational(t, full, tau)
             opt.zero_grad()
