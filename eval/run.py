@@ -27,6 +27,7 @@ import numpy as np
 
 from propdex.encoders import ENCODERS, Document, flag, load_encoder, recorded_config
 from propdex.encoders.spec import split_spec
+from propdex.indexer.ann import CODE_BYTES
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.lexical import BM25, document_text
 from propdex.indexer.manifest import library_versions, read_manifest
@@ -197,7 +198,7 @@ def fuse_outcomes(parts: Sequence[Outcome], method: str, depth: int) -> Outcome:
 def system_encoder(system: System, backbone: "Backbone") -> "Encoder":
     """The encoder a system spec names, with its encoder options (index and
     search options stay out)."""
-    options: dict[str, Any] = {k: v for k, v in system.options.items() if k not in ("mask", "factory", "backend", "store", "runtime", *SEARCH_OPTIONS)}
+    options: dict[str, Any] = {k: v for k, v in system.options.items() if k not in ("mask", "factory", "backend", "store", "code_bytes", "runtime", *SEARCH_OPTIONS)}
     if "keep_punct" in options:
         options["drop_punct"] = options.pop("keep_punct") not in ("1", "true", "yes")
     return load_encoder(system.name, backbone=backbone, **options)
@@ -212,7 +213,8 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     out = cached_index_dir(work / f"{_slug(task.name.split('[')[0])}-{key}", _slug(index_label), encoder)
     writer = IndexWriter(
         out, encoder, shard_docs=10_000, factory=system.options.get("factory"),
-        backend=system.options.get("backend", "faiss"), store=system.options.get("store", "float16"), inputs={"task": task.name, "corpus_sha256": key},
+        backend=system.options.get("backend", "faiss"), store=system.options.get("store", "float16"),
+        code_bytes=int(system.options.get("code_bytes", CODE_BYTES)), inputs={"task": task.name, "corpus_sha256": key},
         bm25=False,  # eval's bm25 system indexes exactly what each level needs (lexical_items)
     )
     cache_hits = backbone.state_cache_hits

@@ -32,27 +32,55 @@ def set_threads(n: int) -> None:
     faiss.omp_set_num_threads(n)
 
 
-def default_factory(n_vectors: int, dim: int, store: str = "float16") -> str:
+CODE_BYTES = 100  # store="codes": bytes a vector, all in, that the default codes fill
+MIN_CODE_BYTES = 24  # an id (8 bytes), the coarse centroids, and at least a few codes
+ID_BYTES = 8  # FAISS keeps an int64 id beside every code in its inverted lists
+
+
+def default_factory(n_vectors: int, dim: int, store: str = "float16", code_bytes: int = CODE_BYTES) -> str:
     """Flat for tiny corpora, else IVF + PQ.
 
-    nlist ~ 4 sqrt(N) (a power of two, with >= 39 training points per list as
-    k-means needs). Beside a float16 copy, PQ codes of dim/4 bytes (m
-    sub-quantizers of 8 bits) only route stage 1, which stage 2 re-scores
-    exactly: no OPQ rotation, whose training costs minutes (324 s against
-    46 s for IVF4096,PQ96 on SciFact `tokens`, 2 cores). When stage 2 reads
-    the codes (`store="codes"`), they are what it scores: dim/6 bytes after
-    an OPQ rotation, which spreads MiniLM's variance, concentrated in few
-    dimensions, over the sub-quantizers (SciFact `tokens`: OPQ64 codes
-    -0.14 nDCG@10 against exact, PQ64 without the rotation -0.81, PQ96
-    -0.57; eval/RESULTS.md, "What stage 2 reads").
+    Beside a float16 copy (the default store), PQ codes of dim/4 bytes only
+    route stage 1, which stage 2 re-scores exactly: nlist ~ 4 sqrt(N) (a
+    power of two, with >= 39 training points per list as k-means needs), no
+    OPQ rotation, whose training costs minutes (324 s against 46 s for
+    IVF4096,PQ96 on SciFact `tokens`, 2 cores). When stage 2 reads the
+    codes (`store="codes"`), they are what it scores: `codes_factory`.
     """
     if n_vectors < FLAT_BELOW:
         return "Flat"
+    if store == "codes":
+        return codes_factory(n_vectors, dim, code_bytes)
     nlist = 2 ** round(math.log2(4 * math.sqrt(n_vectors)))
     nlist = max(64, min(nlist, 2 ** int(math.log2(n_vectors // 39))))
-    # m sub-quantizers must divide dim: the largest m up to dim/6 (codes) or dim/4.
-    m = max(d for d in range(1, dim // (6 if store == "codes" else 4) + 1) if dim % d == 0)
-    return f"OPQ{m},IVF{nlist},PQ{m}" if store == "codes" else f"IVF{nlist},PQ{m}"
+    m = max(d for d in range(1, dim // 4 + 1) if dim % d == 0)  # sub-quantizers must divide dim
+    return f"IVF{nlist},PQ{m}"
+
+
+def codes_factory(n_vectors: int, dim: int, code_bytes: int = CODE_BYTES) -> str:
+    """The OPQ-IVF-PQ codes that fill `code_bytes` a vector, all in.
+
+    Every vector pays its id and its codes; the coarse centroids
+    (nlist x dim float32), the OPQ matrix and the PQ codebooks are shared,
+    so they cost less a vector the larger the corpus. Measured on 610k
+    HotpotQA and 1.4M SciFact token vectors (eval/RESULTS.md, "Codes on
+    HotpotQA with fewer lists"), bytes buy most as codes of 4 dimensions
+    each after an OPQ that keeps the leading 4m of the rotated dimensions
+    (MiniLM's variance sits in few of them): 88 codes of 4 dims lost 0.50
+    Recall@10 where 64 codes of 6 dims lost 0.91, and ~sqrt(N) lists (1,024)
+    beat 4 sqrt(N) (4,096), whose centroids took a tenth of the budget.
+    """
+    nlist = 2 ** round(math.log2(math.sqrt(n_vectors)))
+    nlist = max(64, min(nlist, 2 ** int(math.log2(n_vectors // 39))))
+    shared = 4 * dim * nlist / n_vectors  # coarse centroids, a vector's share
+    per_code = 1 + (4 * 4 * dim + 256 * 4 * 4) / n_vectors  # its byte, plus its OPQ rows' and codebook's share
+    m = int((code_bytes - ID_BYTES - shared) / per_code)
+    m = max(1, min(m, dim // 4))
+    if m < 8:
+        raise ValueError(f"{code_bytes} bytes a vector leave room for {m} codes over {n_vectors} vectors; "
+                         f"give more --code-bytes or a --factory")
+    rotation = f"OPQ{m}" if 4 * m == dim else f"OPQ{m}_{4 * m}"
+    return f"{rotation},IVF{nlist},PQ{m}"
 
 
 def training_size(factory: str, n_vectors: int) -> int:

@@ -75,7 +75,7 @@ QUIET_SKIPS = {"redirect", "namespace"}  # expected in every dump: counted, not 
 ENCODE_DOCS = 256
 ENCODE_PASSAGES = 512
 
-SETTINGS = ("shard_docs", "factory", "backend", "bm25", "store")  # what a writer of an existing index takes from its manifest
+SETTINGS = ("shard_docs", "factory", "backend", "bm25", "store", "code_bytes")  # what a writer of an existing index takes from its manifest
 
 
 def _chunks(docs: list[Document], passages: Callable[[Document], list[Passage]]) -> Iterator[tuple[list[Document], list[list[Passage]]]]:
@@ -120,6 +120,7 @@ class IndexWriter:
         backend: str = "faiss",
         bm25: bool = True,
         store: str = "float16",
+        code_bytes: int = ann.CODE_BYTES,
         inputs: dict[str, Any] | None = None,
         wait: float = 0.0,
     ) -> None:
@@ -127,7 +128,7 @@ class IndexWriter:
         (default: refuse at once). `inputs` describes what `build` reads (paths, format, file
         fingerprints): a re-run must read the same. `create`, `add`,
         `delete` and `compact` leave the recorded inputs alone."""
-        settings = IndexSettings(shard_docs, factory, backend, bm25, store)
+        settings = IndexSettings(shard_docs, factory, backend, bm25, store, code_bytes)
         settings.check_factory(encoder.dim)
         self.out = Path(out)
         self.encoder = encoder
@@ -168,6 +169,7 @@ class IndexWriter:
             # Options an older index predates, at the values it was built with.
             manifest["encoder"] = recorded_config(manifest["encoder"])
             manifest["settings"].setdefault("store", "float16")
+            manifest["settings"].setdefault("code_bytes", ann.CODE_BYTES)
             # BM25 is a companion, not part of what the vectors are: a run
             # with bm25 on completes an index that lacks it, one with it off
             # leaves an existing one alone.
@@ -424,7 +426,7 @@ class IndexWriter:
         shards = self.manifest["shards"] if shards is None else shards
         n, dim = sum(s["vectors"] for s in shards), self.encoder.dim
         backend = self.settings["backend"]
-        factory = "HNSW" if backend == "hnsw" else (self.settings["factory"] or ann.default_factory(n, dim, self.settings["store"]))
+        factory = "HNSW" if backend == "hnsw" else (self.settings["factory"] or ann.default_factory(n, dim, self.settings["store"], self.settings["code_bytes"]))
         self.manifest["index"] = {"backend": backend, "factory": factory, "metric": "inner_product", "trained": None}
         if backend == "faiss":
             size = ann.training_size(factory, n)

@@ -50,7 +50,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", default="faiss", choices=ann.BACKENDS, help="stage-1 ANN library")
     p.add_argument("--store", default="float16", choices=STORES,
                    help="what stage 2 re-scores: float16 (an exact copy of every vector, 2 bytes a dimension) or codes "
-                        "(the ANN index's own codes decoded; without --factory, OPQ + IVF + PQ of dim/6 bytes past 50k vectors)")
+                        "(the ANN index's own codes decoded; without --factory, OPQ + IVF + PQ filling --code-bytes past 50k vectors)")
+    p.add_argument("--code-bytes", type=int, default=ann.CODE_BYTES,
+                   help=f"with --store codes and no --factory: bytes a vector, all in, the codes fill (default {ann.CODE_BYTES})")
     p.add_argument("--backbone", default=DEFAULT_BACKBONE, help="Hugging Face model name or local directory")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--runtime", default="torch", choices=RUNTIMES,
@@ -147,7 +149,7 @@ def run_index(args: argparse.Namespace) -> int:
     inputs = {"paths": [str(Path(p).resolve()) for p in args.inputs], "format": args.format, "limit": args.limit,
               "files": fingerprint(args.inputs, args.format)}
     settings = {"shard_docs": args.shard_docs, "factory": args.factory, "backend": args.backend, "bm25": not args.no_bm25,
-                "store": args.store}
+                "store": args.store, "code_bytes": args.code_bytes}
     if (args.num_shards is None) != (args.shard_id is None):
         raise ValueError("--num-shards and --shard-id go together")
     if args.ray:

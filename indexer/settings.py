@@ -21,9 +21,10 @@ from . import ann
 #   product-quantised residual; Flat and HNSW: the float32 vectors), so the
 #   index holds each vector once. The float16 copy serves the build and is
 #   removed once a shard's ANN index is committed.
-#   float16 stays the default: OPQ64 codes lose 0.14 nDCG@10 on SciFact
-#   `tokens` in 11x fewer bytes, but 0.91 Recall@10 on HotpotQA-600
-#   (eval/RESULTS.md, "What stage 2 reads", "Codes on HotpotQA").
+#   Unless a factory is given, the codes fill `code_bytes` a vector, all in
+#   (ann.default_factory). float16 stays the default store: it is the
+#   faster one at a top 10 (eval/RESULTS.md, "What stage 2 reads",
+#   "Codes on HotpotQA", "Codes that fill a byte budget").
 STORES = ("float16", "codes")
 
 
@@ -34,17 +35,21 @@ class IndexSettings:
     backend: str = "faiss"  # stage-1 ANN library: faiss or hnsw
     bm25: bool = True  # a BM25 index beside the vectors
     store: str = "float16"  # what stage 2 re-scores: a float16 copy of every vector, or the ANN index's own codes
+    code_bytes: int = ann.CODE_BYTES  # store="codes" without a factory: bytes a vector, all in, the codes may fill
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, convert(getattr(self, f.name), {"shard_docs": int, "factory": str | None,
-                                                                                "backend": str, "bm25": bool, "store": str}[f.name], f.name))
+                                                                                "backend": str, "bm25": bool, "store": str,
+                                                                                "code_bytes": int}[f.name], f.name))
         if self.shard_docs < 1:
             raise ValueError("shard_docs (--shard-docs) must be at least 1")
         if self.backend not in ann.BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose from {', '.join(ann.BACKENDS)}")
         if self.store not in STORES:
             raise ValueError(f"unknown store {self.store!r} (--store); choose from {', '.join(STORES)}")
+        if self.code_bytes < ann.MIN_CODE_BYTES:
+            raise ValueError(f"code_bytes (--code-bytes) must be at least {ann.MIN_CODE_BYTES}, got {self.code_bytes}")
 
     def check_factory(self, dim: int) -> None:
         """Fail now on a factory FAISS cannot build, not after hours of encoding."""

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from propdex.encoders import DEFAULT_BACKBONE, Document, encoder_from_config, load_encoder
 from propdex.encoders.text import split_sentences
+from propdex.indexer.ann import CODE_BYTES
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.readers import Record, Skip, record_from_dict
@@ -81,6 +82,7 @@ class Index:
         backend: str = "faiss",
         bm25: bool = True,
         store: str = "float16",
+        code_bytes: int = CODE_BYTES,
         **encoder_options: Any,
     ) -> "Index":
         """An empty index at `path` (a new or empty directory) whose documents
@@ -90,7 +92,8 @@ class Index:
             encoder = load_encoder(encoder, backbone=backbone, device=device, **encoder_options)
         elif encoder_options:
             raise ValueError("encoder options go with an encoder name, not with a loaded encoder")
-        IndexWriter(path, encoder, shard_docs=shard_docs, factory=factory, backend=backend, bm25=bm25, store=store).create()
+        IndexWriter(path, encoder, shard_docs=shard_docs, factory=factory, backend=backend, bm25=bm25, store=store,
+                    code_bytes=code_bytes).create()
         return cls(path, encoder)
 
     @classmethod

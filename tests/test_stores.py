@@ -146,9 +146,24 @@ def test_store_is_checked_and_kept_by_later_writers(tmp_path, tiny):
 def test_codes_that_stage_two_scores_get_an_opq_rotation_by_default():
     # Codes that only route stage 1 (beside the float16 copy): dim/4 bytes, no rotation.
     assert ann.default_factory(1_407_293, 384) == "IVF4096,PQ96"
-    # Codes that stage 2 scores: dim/6 bytes after an OPQ rotation (SciFact: -0.14 nDCG@10 against -0.81 without).
-    assert ann.default_factory(1_407_293, 384, "codes") == "OPQ64,IVF4096,PQ64"
+    # Codes that stage 2 scores fill the byte budget: 4 rotated dims a code, ~sqrt(N) lists.
+    assert ann.default_factory(1_407_293, 384, "codes") == "OPQ90_360,IVF1024,PQ90"
+    assert ann.default_factory(610_000, 384, "codes", 50) == "OPQ38_152,IVF1024,PQ38"
     assert ann.default_factory(20_000, 384, "codes") == "Flat"  # small corpora: the float32 vectors themselves
+    with pytest.raises(ValueError, match="code-bytes"):
+        ann.codes_factory(60_000, 384, 12)
+
+
+def test_the_default_codes_fill_their_byte_budget_on_disk(tmp_path):
+    # Ids, codes, centroids, OPQ rows and codebooks as FAISS writes them: within the budget, and not far under it.
+    n, dim, budget = 20_000, 128, 40
+    x = np.random.default_rng(0).standard_normal((n, dim)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    factory = ann.codes_factory(n, dim, budget)
+    assert factory.startswith("OPQ") and "_" in factory  # fewer codes than dim/4: a projecting OPQ
+    ann.write_faiss(ann.fill(ann.train(factory, x[:10_000]), [x]), tmp_path / "ix.faiss")
+    per_vector = (tmp_path / "ix.faiss").stat().st_size / n
+    assert budget - 3 < per_vector <= budget, (factory, per_vector)
 
 
 def test_an_opq_rotation_is_undone_for_the_whole_batch_as_faiss_undoes_it_per_vector():
