@@ -63,23 +63,31 @@ def codes_factory(n_vectors: int, dim: int, code_bytes: int = CODE_BYTES) -> str
     Every vector pays its id and its codes; the coarse centroids
     (nlist x dim float32), the OPQ matrix and the PQ codebooks are shared,
     so they cost less a vector the larger the corpus. Measured on 610k
-    HotpotQA and 1.4M SciFact token vectors (eval/RESULTS.md, "Codes on
-    HotpotQA with fewer lists"), bytes buy most as codes of 4 dimensions
-    each after an OPQ that keeps the leading 4m of the rotated dimensions
-    (MiniLM's variance sits in few of them): 88 codes of 4 dims lost 0.50
-    Recall@10 where 64 codes of 6 dims lost 0.91, and ~sqrt(N) lists (1,024)
-    beat 4 sqrt(N) (4,096), whose centroids took a tenth of the budget.
+    HotpotQA token vectors (eval/RESULTS.md, "Codes on HotpotQA with fewer
+    lists", "Codes that fill a byte budget"): ~sqrt(N) lists (1,024) beat
+    4 sqrt(N) (4,096), whose centroids took a tenth of 100 bytes; and the
+    OPQ keeps about 80% of the rotated dimensions, never fewer than 4 a code
+    (MiniLM's variance sits in few of them): at ~100 bytes 88 codes of 4
+    dims lost 0.50 Recall@10 where 64 codes of 6 (all 384) lost 0.91; at
+    ~50 bytes 38 codes of 8 dims lost 3.16, of 4 dims 3.83.
     """
     nlist = 2 ** round(math.log2(math.sqrt(n_vectors)))
     nlist = max(64, min(nlist, 2 ** int(math.log2(n_vectors // 39))))
-    shared = 4 * dim * nlist / n_vectors  # coarse centroids, a vector's share
-    per_code = 1 + (4 * 4 * dim + 256 * 4 * 4) / n_vectors  # its byte, plus its OPQ rows' and codebook's share
-    m = int((code_bytes - ID_BYTES - shared) / per_code)
-    m = max(1, min(m, dim // 4))
+
+    def dims_per_code(m: int) -> int:
+        return max(4, int(0.8 * dim / m))
+
+    def all_in(m: int) -> float:
+        kept = m * dims_per_code(m)
+        shared = 4 * dim * nlist + 4 * kept * dim + 256 * 4 * kept  # centroids, OPQ rows, PQ codebooks
+        return ID_BYTES + m + shared / n_vectors
+
+    m = next((m for m in range(dim // 4, 0, -1) if all_in(m) <= code_bytes), 0)
     if m < 8:
         raise ValueError(f"{code_bytes} bytes a vector leave room for {m} codes over {n_vectors} vectors; "
                          f"give more --code-bytes or a --factory")
-    rotation = f"OPQ{m}" if 4 * m == dim else f"OPQ{m}_{4 * m}"
+    kept = m * dims_per_code(m)
+    rotation = f"OPQ{m}" if kept == dim else f"OPQ{m}_{kept}"
     return f"{rotation},IVF{nlist},PQ{m}"
 
 

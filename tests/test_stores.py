@@ -146,9 +146,9 @@ def test_store_is_checked_and_kept_by_later_writers(tmp_path, tiny):
 def test_codes_that_stage_two_scores_get_an_opq_rotation_by_default():
     # Codes that only route stage 1 (beside the float16 copy): dim/4 bytes, no rotation.
     assert ann.default_factory(1_407_293, 384) == "IVF4096,PQ96"
-    # Codes that stage 2 scores fill the byte budget: 4 rotated dims a code, ~sqrt(N) lists.
+    # Codes that stage 2 scores fill the byte budget: ~80% of the rotated dims kept, >= 4 a code, ~sqrt(N) lists.
     assert ann.default_factory(1_407_293, 384, "codes") == "OPQ90_360,IVF1024,PQ90"
-    assert ann.default_factory(610_000, 384, "codes", 50) == "OPQ38_152,IVF1024,PQ38"
+    assert ann.default_factory(610_000, 384, "codes", 50) == "OPQ38_304,IVF1024,PQ38"  # fewer codes, more dims each
     assert ann.default_factory(20_000, 384, "codes") == "Flat"  # small corpora: the float32 vectors themselves
     with pytest.raises(ValueError, match="code-bytes"):
         ann.codes_factory(60_000, 384, 12)
