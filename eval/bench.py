@@ -42,7 +42,7 @@ from propdex.retriever import Searcher
 from . import scale
 from .datasets import beir_queries, load_beir, load_hotpotqa
 from .peers import PEERS, missing_peers, side_by_side
-from .run import run_versions
+from .run import ann_bytes, run_versions
 
 if TYPE_CHECKING:
     from propdex.encoders import Backbone
@@ -82,15 +82,15 @@ def throughput(corpus: Path, n_docs: int, backbone: "Backbone", encoder_name: st
 def sizes(index: Path) -> dict[str, Any]:
     m = read_manifest(index)
     vectors, docs, dim = m["counts"]["vectors"], m["counts"]["documents"], m["encoder"]["dim"]
-    ann_bytes = sum((index / s["name"] / s["index"]).stat().st_size for s in m["shards"])
+    ann_total = ann_bytes(index, m)
     store_bytes = sum((index / s["name"] / "meta.lmdb" / "data.mdb").stat().st_size for s in m["shards"])
     return {
         "factory": m["index"]["factory"], "documents": docs, "vectors": vectors, "dim": dim,
         "vectors_per_doc": round(vectors / docs, 2),
-        "ann_bytes_per_vector": round(ann_bytes / vectors, 2),
+        "ann_bytes_per_vector": round(ann_total / vectors, 2),
         "float32_flat_bytes_per_vector": 4 * dim,
-        "compression_vs_float32": round(4 * dim / (ann_bytes / vectors), 2),
-        "ann_bytes_per_doc": round(ann_bytes / docs, 1),
+        "compression_vs_float32": round(4 * dim / (ann_total / vectors), 2),
+        "ann_bytes_per_doc": round(ann_total / docs, 1),
         "store_bytes_per_doc": round(store_bytes / docs, 1),
         "build_timings": m.get("timings", {}),
     }

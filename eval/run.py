@@ -27,6 +27,7 @@ import numpy as np
 
 from propdex.encoders import ENCODERS, Document, flag, load_encoder, recorded_config
 from propdex.encoders.spec import split_spec
+from propdex.indexer import ann
 from propdex.indexer.ann import CODE_BYTES
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.lexical import BM25, document_text
@@ -210,11 +211,12 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     key = hashlib.sha256("\n".join(f"{d.id}\t{d.text}\t{d.focus}" for d in corpus).encode()).hexdigest()[:12]
     # Search-time options (nprobe) do not change the index: reuse it.
     index_label = ":".join([system.name, *(f"{k}={v}" for k, v in system.options.items() if k not in SEARCH_OPTIONS)])
-    out = cached_index_dir(work / f"{_slug(task.name.split('[')[0])}-{key}", _slug(index_label), encoder)
+    store, code_bytes, factory = system.options.get("store", "float16"), int(system.options.get("code_bytes", CODE_BYTES)), system.options.get("factory")
+    out = cached_index_dir(work / f"{_slug(task.name.split('[')[0])}-{key}", _slug(index_label), encoder, store, code_bytes, factory)
     writer = IndexWriter(
-        out, encoder, shard_docs=10_000, factory=system.options.get("factory"),
-        backend=system.options.get("backend", "faiss"), store=system.options.get("store", "float16"),
-        code_bytes=int(system.options.get("code_bytes", CODE_BYTES)), inputs={"task": task.name, "corpus_sha256": key},
+        out, encoder, shard_docs=10_000, factory=factory,
+        backend=system.options.get("backend", "faiss"), store=store,
+        code_bytes=code_bytes, inputs={"task": task.name, "corpus_sha256": key},
         bm25=False,  # eval's bm25 system indexes exactly what each level needs (lexical_items)
     )
     cache_hits = backbone.state_cache_hits
@@ -238,7 +240,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
         rankings[q.id] = [(h.doc_id, h.sentence_index) if search_level == "sentence" else h.doc_id for h in hits]
         scores[q.id] = [h.score for h in hits]
     counts = manifest["counts"]
-    index_bytes = sum((out / s["name"] / s["index"]).stat().st_size for s in manifest["shards"])
+    index_bytes = ann_bytes(out, manifest)
     store_bytes = sum((out / s["name"] / "meta.lmdb" / "data.mdb").stat().st_size for s in manifest["shards"])
     all_in = all_in_bytes(out, manifest, encoder.dim)
     searcher.close()
@@ -260,25 +262,47 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     })
 
 
+def ann_bytes(index: Path, manifest: dict[str, Any]) -> int:
+    """The stage-1 index on disk: every shard's index file, and the trained
+    codec where shards keep standalone codes (a FAISS index file holds its own)."""
+    shards = manifest["shards"]
+    total = sum((index / s["name"] / s["index"]).stat().st_size for s in shards if s["index"])
+    if any(s["index"] and ann.holds_codes(Path(s["index"])) for s in shards):
+        total += manifest["index"]["trained_bytes"]
+    return total
+
+
 def all_in_bytes(index: Path, manifest: dict[str, Any], dim: int) -> int:
     """What stage 1 and stage 2 read, all in: ANN index files, the float16
-    copy, document offsets (not the text). Indexes from before the float16
-    file kept that copy in LMDB, unlisted: 2 * dim bytes a vector."""
+    copy, document offsets (not the text). Indexes from before the float16 file kept that copy
+    in LMDB, unlisted: 2 * dim bytes a vector."""
     shards = manifest["shards"]
-    total = sum((index / s["name"] / s["index"]).stat().st_size for s in shards) + 8 * sum(s["docs"] + 1 for s in shards)
+    total = ann_bytes(index, manifest) + 8 * sum(s["docs"] + 1 for s in shards)
     return total + sum((s.get("stored_bytes") or 0) if "stored" in s else 2 * dim * s["vectors"] for s in shards)
 
 
-def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder") -> Path:
+def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: str = "float16", code_bytes: int = CODE_BYTES,
+                     factory: str | None = None) -> Path:
     """Where eval keeps a system's index over one corpus: named for the
     system's spec, or, when the index there was built by what the spec meant
-    before (a default that has moved on, new weights under a name), for the
-    spec and its encoder's config, so the old index is neither reused nor
-    in the way."""
+    before (new weights under a name, a default factory that has moved on,
+    codes from before standalone codes), for the spec and what it means now,
+    so the old index is neither reused nor in the way."""
     out = corpus_dir / label
-    if (out / "manifest.json").is_file() and recorded_config(read_manifest(out)["encoder"]) != encoder.config():
-        digest = hashlib.sha256(json.dumps(encoder.config(), sort_keys=True).encode()).hexdigest()[:8]
-        out = corpus_dir / f"{label}-{digest}"
+    if not (out / "manifest.json").is_file():
+        return out
+    manifest = read_manifest(out)
+    now: dict[str, Any] = {}
+    built = (manifest.get("index") or {}).get("factory")
+    if factory is None and built and manifest["index"]["backend"] == "faiss":
+        chosen = ann.default_factory(manifest["counts"]["vectors"], encoder.dim, store, code_bytes)
+        if chosen != built:
+            now["factory"] = chosen
+    if store == "codes" and any(s["index"] and not ann.holds_codes(Path(s["index"])) and "IVF" in (built or "") for s in manifest["shards"]):
+        now["codes"] = ann.CODES_FILE
+    if recorded_config(manifest["encoder"]) != encoder.config() or now:
+        key = encoder.config() if not now else {"encoder": encoder.config(), **now}
+        out = corpus_dir / f"{label}-{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]}"
     return out
 
 

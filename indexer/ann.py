@@ -33,8 +33,8 @@ def set_threads(n: int) -> None:
 
 
 CODE_BYTES = 100  # store="codes": bytes a vector, all in, that the default codes fill
-MIN_CODE_BYTES = 24  # an id (8 bytes), the coarse centroids, and at least a few codes
-ID_BYTES = 8  # FAISS keeps an int64 id beside every code in its inverted lists
+MIN_CODE_BYTES = 24  # a list number, the coarse centroids, and at least a few codes
+CODES_FILE = "index.codes"  # a shard's standalone codes (store="codes" over IVF): uint8 .npy (V, sa_code_size)
 
 
 def default_factory(n_vectors: int, dim: int, store: str = "float16", code_bytes: int = CODE_BYTES) -> str:
@@ -58,7 +58,9 @@ def default_factory(n_vectors: int, dim: int, store: str = "float16", code_bytes
 def codes_factory(n_vectors: int, dim: int, code_bytes: int = CODE_BYTES) -> str:
     """The OPQ-IVF-PQ codes that fill `code_bytes` a vector, all in.
 
-    Every vector pays its id and its codes; the coarse centroids
+    Every vector pays its IVF list number (2 bytes up to 65,536 lists: a
+    shard keeps FAISS's standalone codes, `CODES_FILE`, and no 8-byte ids)
+    and its codes; the coarse centroids
     (nlist x dim float32), the OPQ matrix and the PQ codebooks are shared,
     so they cost less a vector the larger the corpus. Measured on 610k
     HotpotQA token vectors (eval/RESULTS.md, "Codes on HotpotQA with fewer
@@ -77,7 +79,7 @@ def codes_factory(n_vectors: int, dim: int, code_bytes: int = CODE_BYTES) -> str
     def all_in(m: int) -> float:
         kept = m * dims_per_code(m)
         shared = 4 * dim * nlist + 4 * kept * dim + 256 * 4 * kept  # centroids, OPQ rows, PQ codebooks
-        return ID_BYTES + m + shared / n_vectors
+        return list_bytes(nlist) + m + shared / n_vectors
 
     m = next((m for m in range(dim // 4, 0, -1) if all_in(m) <= code_bytes), 0)
     if m < 8:
@@ -86,6 +88,11 @@ def codes_factory(n_vectors: int, dim: int, code_bytes: int = CODE_BYTES) -> str
     kept = m * dims_per_code(m)
     rotation = f"OPQ{m}" if kept == dim else f"OPQ{m}_{kept}"
     return f"{rotation},IVF{nlist},PQ{m}"
+
+
+def list_bytes(nlist: int) -> int:
+    """Bytes of an IVF list number in a standalone code, as FAISS's coarse_code_size counts them."""
+    return max(1, ((nlist - 1).bit_length() + 7) // 8)
 
 
 def _lists(n_vectors: int, target: float) -> int:
@@ -157,9 +164,61 @@ def fill(trained: faiss.Index, chunks: Iterable[np.ndarray]) -> faiss.Index:
     return faiss.index_gpu_to_cpu(gpu) if gpu is not None else index
 
 
-def read_shard_index(path: Path, dim: int, n: int, mmap: bool = False) -> Any:
-    """A shard's stage-1 index file, by its name: hnswlib's (.hnsw) or FAISS's."""
-    return HnswIndex(path, dim, n) if path.name.endswith(".hnsw") else read_faiss(path, mmap)
+def read_shard_index(path: Path, dim: int, n: int, mmap: bool = False, codec: Path | None = None) -> Any:
+    """A shard's stage-1 index file, by its name: hnswlib's (.hnsw), standalone
+    codes (`CODES_FILE`, read through the index's trained `codec`) or FAISS's."""
+    if path.name.endswith(".hnsw"):
+        return HnswIndex(path, dim, n)
+    if holds_codes(path):
+        if codec is None:
+            raise ValueError(f"{path} holds standalone codes: reading them needs the index's trained codec")
+        return index_from_codes(read_faiss(codec), read_codes(path))
+    return read_faiss(path, mmap)
+
+
+def holds_codes(path: Path) -> bool:
+    return path.name == CODES_FILE
+
+
+def standalone(index: Any) -> bool:
+    """Whether store="codes" keeps a shard as FAISS standalone codes (IVF
+    indexes, whose inverted lists would keep an 8-byte id beside every code)
+    rather than as the FAISS index file itself (Flat: float32 vectors, no ids)."""
+    try:
+        faiss.extract_index_ivf(index)
+        return True
+    except RuntimeError:
+        return False
+
+
+def encode(codec: faiss.Index, vectors: np.ndarray) -> np.ndarray:
+    """Standalone codes (uint8 (n, codec.sa_code_size())): the IVF list number in
+    the fewest bytes that hold it, then the vector's codes, behind any transform."""
+    return codec.sa_encode(np.ascontiguousarray(vectors, dtype=np.float32))
+
+
+def read_codes(path: Path) -> np.ndarray:
+    """A shard's standalone codes, memory-mapped: stage 2 gathers rows from it."""
+    codes = np.load(path, mmap_mode="r", allow_pickle=False)
+    if codes.dtype != np.uint8 or codes.ndim != 2:
+        raise ValueError(f"{path} is not an array of standalone codes ({codes.dtype}, {codes.shape}): the index is damaged")
+    return codes
+
+
+def index_from_codes(codec: faiss.Index, codes: np.ndarray, rows: int = 1 << 16) -> faiss.Index:
+    """Stage 1 over a shard's standalone codes: the trained `codec` with its
+    inverted lists filled from them, ids 0..V-1 in row order. The ids live in
+    memory only (8 bytes a vector, rebuilt at each load in about a second per
+    million vectors); on disk a vector is its list number and its codes."""
+    if codes.shape[1] != codec.sa_code_size():
+        raise ValueError(f"codes of {codes.shape[1]} bytes for a codec of {codec.sa_code_size()}: the index is damaged")
+    index = faiss.clone_index(codec)
+    ivf = faiss.extract_index_ivf(index)
+    for start in range(0, len(codes), rows):
+        part = np.ascontiguousarray(codes[start : start + rows])
+        ivf.add_sa_codes(part, np.arange(start, start + len(part), dtype=np.int64))
+    index.ntotal = ivf.ntotal  # a transform's wrapper counts its own vectors; add_sa_codes went past it
+    return index
 
 
 def write_faiss(index: faiss.Index, path: Path) -> None:
@@ -212,17 +271,21 @@ def search(index: Any, queries: np.ndarray, k: int, nprobe: int, allowed: np.nda
     return scores, ids
 
 
-def decoder(index: Any) -> Callable[[np.ndarray], np.ndarray]:
+def decoder(index: Any, codes: np.ndarray | None = None) -> Callable[[np.ndarray], np.ndarray]:
     """Vector ids -> the index's float32 reconstructions of those vectors:
-    what stage 2 re-scores when the shard keeps no float16 copy. An IVF index
-    gets its id -> (list, offset) map here, once, in memory (8 bytes a vector,
-    not stored); IVF-PQ decodes centroid plus quantised residual, Flat and
-    HNSW give the vectors they hold."""
+    what stage 2 re-scores when the shard keeps no float16 copy. With a
+    shard's standalone `codes`, `index` is their codec and the rows of the
+    ids are decoded (centroid plus quantised residual, behind any transform);
+    else an IVF index gets its id -> (list, offset) map here, once, in memory
+    (8 bytes a vector, not stored), and Flat and HNSW give the vectors they
+    hold."""
     if isinstance(index, HnswIndex):
         return lambda ids: np.asarray(index.index.get_items(ids), dtype=np.float32).reshape(len(ids), -1)
     # A downcast wrapper (and a sub-index's) does not own its C++ index:
     # every closure below holds `index`, which does.
     typed = faiss.downcast_index(index)
+    if codes is not None:
+        return lambda ids, owner=index: typed.sa_decode(np.ascontiguousarray(codes[ids]))
     if isinstance(typed, faiss.IndexPreTransform):
         # FAISS undoes the transform (OPQ's rotation) one vector at a time
         # in reconstruct_batch: decode the inner codes, then undo it for all at once.
@@ -244,9 +307,9 @@ def decoder(index: Any) -> Callable[[np.ndarray], np.ndarray]:
     return lambda ids: index.reconstruct_batch(np.ascontiguousarray(ids, dtype=np.int64))
 
 
-def scoring_decoder(index: Any) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray] | None]:
+def scoring_decoder(index: Any, codes: np.ndarray | None = None) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray] | None]:
     """(decode, rotate) for stage 2: inner products of `rotate(queries)` with
-    `decode(ids)` equal those of the queries with `decoder(index)(ids)`.
+    `decode(ids)` equal those of the queries with `decoder(index, codes)(ids)`.
     Behind an orthonormal map without bias (OPQ's rotation, or its
     projection to fewer dimensions: `OPQ80_320`), the codes are decoded in
     the mapped space and the query's few vectors are mapped instead of
@@ -259,13 +322,13 @@ def scoring_decoder(index: Any) -> tuple[Callable[[np.ndarray], np.ndarray], Cal
         lt = faiss.downcast_VectorTransform(typed.chain.at(0))
         if isinstance(lt, faiss.LinearTransform) and lt.is_orthonormal and not lt.have_bias and lt.d_out <= lt.d_in:
             a = faiss.vector_to_array(lt.A).reshape(lt.d_out, lt.d_in).astype(np.float32)
-            inner = decoder(typed.index)
+            inner = decoder(typed.index, codes)  # a standalone code past the transform is the inner index's
 
             def decode(ids: np.ndarray, owner: Any = index) -> np.ndarray:  # `owner` keeps the C++ index alive
                 return inner(ids)
 
             return decode, lambda q: np.ascontiguousarray(q, dtype=np.float32) @ a.T
-    return decoder(index), None
+    return decoder(index, codes), None
 
 
 def build_hnsw(chunks: Iterable[np.ndarray], n: int, dim: int, path: Path, m: int = 16, ef_construction: int = 200):

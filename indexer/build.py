@@ -7,8 +7,10 @@ A build runs in three phases, each committing through the manifest:
 2. train: once the vector count is known, the FAISS index (default factory
    chosen from count and dim) is trained on a fixed-seed sample.
 3. add: every shard gets its own index file holding its vectors. With
-   store="codes" the shard's float16 copy is dropped in the same commit
-   and removed after it: stage 2 decodes the index's codes instead.
+   store="codes" that file is the shard's standalone codes (IVF list number
+   and PQ codes a row, no ids: `ann.CODES_FILE`), its float16 copy is
+   dropped in the same commit and removed after it: stage 2 decodes the
+   codes instead.
 4. lexical: a BM25 index of every document's title and text (indexer.lexical)
    is written to `bm25.tmp/`, renamed to `bm25/` and listed in the manifest
    (skipped with `bm25=False`).
@@ -55,7 +57,7 @@ from . import ann, lexical
 from .manifest import FORMAT, FORMAT_VERSION, library_versions, read_manifest, sha256_file, write_manifest
 from .readers import Record, Skip
 from .settings import IndexSettings
-from .store import LMDB_DIR, VECTORS, ShardStore, ShardWriter, read_deleted, write_deleted
+from .store import LMDB_DIR, VECTORS, RowWriter, ShardStore, ShardWriter, read_deleted, write_deleted
 
 if TYPE_CHECKING:
     from propdex.encoders import Encoder
@@ -146,7 +148,7 @@ class IndexWriter:
     def _open(self) -> dict[str, Any]:
         fresh = {
             "format": FORMAT,
-            "version": FORMAT_VERSION,
+            "version": 1,  # raised to FORMAT_VERSION by the commit that lists the first standalone codes
             "status": "encoding",
             "encoder": self.encoder.config(),
             "backbone": {
@@ -236,6 +238,8 @@ class IndexWriter:
             # The largest resident set any run of this build reached.
             "peak_rss_mb": max(peak_rss_mb(), (self.manifest.get("timings") or {}).get("peak_rss_mb", 0.0)),
         }
+        if any(s["index"] and ann.holds_codes(Path(s["index"])) for s in shards):
+            self.manifest["version"] = FORMAT_VERSION
         self.manifest["versions"] = library_versions()
         self.manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         write_manifest(self.out, self.manifest)
@@ -466,7 +470,13 @@ class IndexWriter:
         for s in tqdm(pending, desc="add", unit="shard", disable=len(pending) < 2):
             started = time.time()
             store = ShardStore(self.out / s["name"])
-            if trained is not None:
+            if trained is not None and self.settings["store"] == "codes" and ann.standalone(trained):
+                file = ann.CODES_FILE  # streamed: a shard's codes are never all in memory
+                rows = RowWriter(self.out / s["name"] / (file + ".tmp"), trained.sa_code_size(), "|u1")
+                for chunk in store.iter_vectors():
+                    rows.append(ann.encode(trained, chunk))
+                rows.finish()
+            elif trained is not None:
                 file = "index.faiss"
                 ann.write_faiss(ann.fill(trained, store.iter_vectors()), self.out / s["name"] / (file + ".tmp"))
             else:
@@ -653,7 +663,10 @@ class IndexWriter:
         store = ShardStore(self.out / shard["name"])
         if not store.has_vectors:
             path = self.out / shard["name"] / shard["index"]
-            store.decoder = ann.decoder(ann.read_shard_index(path, store.dim, shard["vectors"]))
+            if ann.holds_codes(path):
+                store.decoder = ann.decoder(ann.read_faiss(self.out / self.manifest["index"]["trained"]), ann.read_codes(path))
+            else:
+                store.decoder = ann.decoder(ann.read_shard_index(path, store.dim, shard["vectors"]))
         return store
 
     def _require_complete(self, what: str) -> None:

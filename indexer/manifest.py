@@ -16,7 +16,10 @@ from propdex.encoders.provenance import library_versions, sha256_file  # noqa: F
 
 MANIFEST = "manifest.json"
 FORMAT = "propdex-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Version 2 adds shards of standalone codes (`ann.CODES_FILE`), which a
+# reader of version 1 would take for FAISS files: a manifest says 2 only once
+# it lists such a shard, so every other index stays readable by version 1.
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:

@@ -114,8 +114,7 @@ class ShardWriter:
         self.offsets = [0]
         self.sentences = 0
         self.by_value: dict[bytes, list[int]] = {}
-        self.vectors = open(path / VECTORS, "wb")
-        self.vectors.write(_npy_header(0, dim))  # rewritten with the row count by finish()
+        self.vectors = RowWriter(path / VECTORS, dim, "<f2")
 
     def add(self, docs: Sequence[Document], encoded: Sequence[Encoded]) -> None:
         self._reserve(sum(len(d.text) * 4 + 8 * len(json.dumps(dict(d.metadata), ensure_ascii=False)) + e.vectors.shape[0] * 64
@@ -138,7 +137,7 @@ class ShardWriter:
                 txn.put(b"id/" + doc.id.encode(), struct.pack(">I", i))
                 self.offsets.append(self.offsets[-1] + len(enc.units))
                 self.sentences += len(doc.sentences)
-                self.vectors.write(np.ascontiguousarray(enc.vectors, dtype="<f2").tobytes())
+                self.vectors.append(enc.vectors)
 
     def finish(self) -> dict:
         offsets = np.asarray(self.offsets, dtype=np.int64)
@@ -151,17 +150,13 @@ class ShardWriter:
             txn.put(b"info", json.dumps(info).encode())
         self.env.sync(True)
         self.env.close()
-        self.vectors.seek(0)
-        self.vectors.write(_npy_header(info["vectors"], self.dim))
-        self.vectors.flush()
-        os.fsync(self.vectors.fileno())
-        self.vectors.close()
+        self.vectors.finish()
         return info
 
     def close(self) -> None:
         """Release the files of a writer that will not finish (its directory is the caller's to remove)."""
-        if not self.vectors.closed:
-            self.vectors.close()
+        if not self.vectors.file.closed:
+            self.vectors.file.close()
             self.env.close()
 
     def _reserve(self, payload: int) -> None:
@@ -172,14 +167,40 @@ class ShardWriter:
             self.env.set_mapsize(2 * (used + 2 * payload) + (64 << 20))
 
 
-_HEADER_BYTES = 128  # a .npy v1.0 header of fixed length, so finish() rewrites it in place
+class RowWriter:
+    """A .npy array of `width` columns written a block of rows at a time
+    (a shard's float16 copy, its codes): the header is rewritten with the
+    row count by `finish`, which syncs. Until then the file is not a valid
+    array of its rows, which is why its directory is written aside."""
 
+    HEADER_BYTES = 128  # a .npy v1.0 header of fixed length, so finish() rewrites it in place
 
-def _npy_header(rows: int, dim: int) -> bytes:
-    """The .npy header of a little-endian float16 (rows, dim) array."""
-    body = repr({"descr": "<f2", "fortran_order": False, "shape": (rows, dim)})
-    body = body.ljust(_HEADER_BYTES - 11) + "\n"  # magic 6 + version 2 + length 2 + body + newline
-    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(body)) + body.encode("latin1")
+    def __init__(self, path: Path, width: int, dtype: str) -> None:
+        self.width, self.dtype, self.rows = width, np.dtype(dtype), 0
+        self.file = open(path, "wb")
+        self.file.write(self._header())
+
+    def append(self, rows: np.ndarray) -> None:
+        if rows.size == 0:
+            return
+        if rows.ndim != 2 or rows.shape[1] != self.width:
+            raise ValueError(f"rows of shape {rows.shape} appended to an array of {self.width} columns")
+        self.file.write(np.ascontiguousarray(rows, dtype=self.dtype).tobytes())
+        self.rows += len(rows)
+
+    def finish(self) -> int:
+        """Close the array; returns its row count."""
+        self.file.seek(0)
+        self.file.write(self._header())
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        return self.rows
+
+    def _header(self) -> bytes:
+        body = repr({"descr": self.dtype.str, "fortran_order": False, "shape": (self.rows, self.width)})
+        body = body.ljust(self.HEADER_BYTES - 11) + "\n"  # magic 6 + version 2 + length 2 + body + newline
+        return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(body)) + body.encode("latin1")
 
 
 def write_deleted(path: Path, ordinals: Sequence[int]) -> None:

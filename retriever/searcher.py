@@ -173,14 +173,16 @@ class Searcher:
                 store = ShardStore(path / s["name"])
                 shards.append(_Shard(s["name"], store, None))
                 file = path / s["name"] / s["index"]
-                index = ann.read_shard_index(file, store.dim, s["vectors"], mmap)
+                codec = path / manifest["index"]["trained"] if manifest["index"].get("trained") else None
+                index = ann.read_shard_index(file, store.dim, s["vectors"], mmap, codec)
                 counts = (len(store), int(store.info["vectors"]), index.ntotal)
                 if counts != (s["docs"], s["vectors"], s["vectors"]):
                     raise ValueError(f"index {path} is damaged: {s['name']} holds {counts[0]} documents, {counts[1]} stored and "
                                      f"{counts[2]} indexed vectors, its manifest {s['docs']} and {s['vectors']}")
                 shards[-1].index = index
                 if not store.has_vectors:  # store="codes": stage 2 decodes the index's codes
-                    store.decoder, shards[-1].rotate = ann.scoring_decoder(index)
+                    codes = ann.read_codes(file) if ann.holds_codes(file) else None
+                    store.decoder, shards[-1].rotate = ann.scoring_decoder(index, codes)
                 if s.get("deleted"):
                     shards[-1].live = np.ones(len(store), dtype=bool)
                     shards[-1].live[read_deleted(path / s["name"] / s["deleted"])] = False

@@ -119,3 +119,35 @@ def test_cached_index_whose_spec_changed_meaning_is_neither_reused_nor_in_the_wa
     assert moved != first and moved.parent == tmp_path and moved.name.startswith("single-")
     IndexWriter(moved, titled).build(hotpot_docs[:3])
     assert cached_index_dir(tmp_path, "single", titled) == moved
+
+
+def test_cached_codes_index_built_by_an_old_default_or_layout_is_neither_reused_nor_in_the_way(tmp_path, tiny):
+    """A `store=codes` index from an older codes rule (another default factory)
+    or layout (FAISS index files, 8-byte ids) is not what the spec builds now."""
+    import json
+
+    from propdex.encoders import load_encoder
+    from propdex.eval.run import cached_index_dir
+    from propdex.indexer import ann
+
+    encoder = load_encoder("tokens", backbone=tiny)
+    n = 610_000
+    now = ann.default_factory(n, encoder.dim, "codes")
+
+    def cached(factory: str, index_file: str) -> None:
+        (tmp_path / "codes").mkdir(exist_ok=True)
+        (tmp_path / "codes" / "manifest.json").write_text(json.dumps({
+            "format": "propdex-index", "version": 2, "status": "complete", "encoder": encoder.config(), "counts": {"vectors": n},
+            "index": {"backend": "faiss", "factory": factory}, "shards": [{"name": "shard-00000", "index": index_file}]}))
+
+    cached(now, ann.CODES_FILE)
+    assert cached_index_dir(tmp_path, "codes", encoder, "codes") == tmp_path / "codes"
+    cached("OPQ87_348,IVF1024,PQ87", ann.CODES_FILE)  # an older rule's choice
+    old_rule = cached_index_dir(tmp_path, "codes", encoder, "codes")
+    assert old_rule.name.startswith("codes-")
+    # ...unless the spec names that factory itself: then the index is what it asks for.
+    assert cached_index_dir(tmp_path, "codes", encoder, "codes", factory="OPQ87_348,IVF1024,PQ87") == tmp_path / "codes"
+    cached(now, "index.faiss")  # today's factory in yesterday's layout
+    old_layout = cached_index_dir(tmp_path, "codes", encoder, "codes")
+    assert old_layout.name.startswith("codes-") and old_layout != old_rule
+    assert cached_index_dir(tmp_path, "codes", encoder, "float16", factory=now) == tmp_path / "codes"  # float16 keeps FAISS files

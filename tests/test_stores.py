@@ -16,7 +16,7 @@ from propdex.indexer import ann
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.readers import read_corpus
-from propdex.indexer.store import VECTORS, ShardStore
+from propdex.indexer.store import VECTORS, RowWriter, ShardStore
 from propdex.retriever import Searcher
 
 SCIFACT = DATA / "beir" / "scifact" / "corpus.jsonl"
@@ -40,17 +40,34 @@ def pair(tmp_path_factory, minilm):
     return root, encoder
 
 
-def test_codes_keep_each_vector_once_in_the_same_ann_index(pair):
+def test_codes_keep_each_vector_once_as_the_same_ann_index_without_its_ids(pair):
     root, _ = pair
     f16, codes = read_manifest(root / "float16"), read_manifest(root / "codes")
     assert codes["settings"]["store"] == "codes" and f16["settings"]["store"] == "float16"
-    # The ANN index is the same; only the float16 copy is gone, from the manifest and the disk.
-    assert [s["index_sha256"] for s in codes["shards"]] == [s["index_sha256"] for s in f16["shards"]]
+    assert codes["index"]["trained_sha256"] == f16["index"]["trained_sha256"]  # one codec: the same training
+    assert (codes["version"], f16["version"]) == (2, 1)  # a reader of version 1 would take the codes for FAISS files
     assert all(s["stored"] is None and not (root / "codes" / s["name"] / VECTORS).exists() for s in codes["shards"])
-    for s in f16["shards"]:
-        file = root / "float16" / s["name"] / VECTORS
-        assert s["stored"] == VECTORS and file.stat().st_size == s["stored_bytes"]
-        assert np.load(file, mmap_mode="r").shape == (s["vectors"], 384)
+    codec = ann.read_faiss(root / "codes" / codes["index"]["trained"])
+    rng = np.random.default_rng(0)
+    for a, b in zip(f16["shards"], codes["shards"]):
+        file = root / "float16" / a["name"] / VECTORS
+        assert a["stored"] == VECTORS and file.stat().st_size == a["stored_bytes"]
+        assert np.load(file, mmap_mode="r").shape == (a["vectors"], 384)
+        # A codes shard is one row a vector: its list number (1 byte for 16 lists) and 96 PQ codes, no 8-byte id.
+        rows = ann.read_codes(root / "codes" / b["name"] / b["index"])
+        assert b["index"] == ann.CODES_FILE and rows.shape == (b["vectors"], 1 + 96)
+        assert b["index_bytes"] == rows.nbytes + 128  # and the .npy header
+        # They are the float16 index's codes: the same reconstructions, the same stage-1 answers.
+        faiss_index = ann.read_faiss(root / "float16" / a["name"] / a["index"])
+        ids = rng.choice(a["vectors"], 50, replace=False)
+        np.testing.assert_allclose(ann.decoder(codec, rows)(ids), ann.decoder(faiss_index)(ids), atol=1e-6)
+        rebuilt = ann.index_from_codes(codec, rows)
+        assert rebuilt.ntotal == faiss_index.ntotal == b["vectors"]
+        q = np.load(file, mmap_mode="r")[ids[:5]].astype(np.float32)
+        for nprobe in (1, 4):
+            want, got = ann.search(faiss_index, q, 20, nprobe), ann.search(rebuilt, q, 20, nprobe)
+            np.testing.assert_array_equal(got[1], want[1])
+            np.testing.assert_allclose(got[0], want[0], atol=1e-5)
     assert main(["verify", str(root / "codes")]) == 0 and main(["verify", str(root / "float16")]) == 0
 
 
@@ -65,7 +82,9 @@ def test_decoded_vectors_stay_within_the_quantiser_error(pair):
     assert exact.has_vectors and not decoded.has_vectors
     with pytest.raises(ValueError, match="keeps no vectors"):
         decoded.vectors([0])
-    decoded.decoder = ann.decoder(ann.read_faiss(root / "codes" / s["name"] / s["index"]))
+    codes = read_manifest(root / "codes")
+    decoded.decoder = ann.decoder(ann.read_faiss(root / "codes" / codes["index"]["trained"]),
+                                  ann.read_codes(root / "codes" / s["name"] / codes["shards"][0]["index"]))
     ordinals = list(range(len(exact)))
     a = np.concatenate([v for v, _ in exact.vectors(ordinals)]).astype(np.float32)
     b = np.concatenate([v for v, _ in decoded.vectors(ordinals)])
@@ -147,23 +166,32 @@ def test_codes_that_stage_two_scores_get_an_opq_rotation_by_default():
     # Codes that only route stage 1 (beside the float16 copy): dim/4 bytes, no rotation.
     assert ann.default_factory(1_407_293, 384) == "IVF4096,PQ96"
     # Codes that stage 2 scores fill the byte budget: ~80% of the rotated dims kept, >= 4 a code, ~sqrt(N) lists.
-    assert ann.default_factory(1_407_293, 384, "codes") == "OPQ90_360,IVF1024,PQ90"
-    assert ann.default_factory(610_000, 384, "codes", 50) == "OPQ38_304,IVF1024,PQ38"  # fewer codes, more dims each
+    assert ann.default_factory(1_407_293, 384, "codes") == "OPQ96,IVF1024,PQ96"  # at most dim/4 codes
+    assert ann.default_factory(610_000, 384, "codes") == "OPQ93_372,IVF1024,PQ93"
+    assert ann.default_factory(610_000, 384, "codes", 50) == "OPQ44_264,IVF1024,PQ44"  # fewer codes, more dims each
     assert ann.default_factory(20_000, 384, "codes") == "Flat"  # small corpora: the float32 vectors themselves
     with pytest.raises(ValueError, match="code-bytes"):
         ann.codes_factory(60_000, 384, 12)
 
 
 def test_the_default_codes_fill_their_byte_budget_on_disk(tmp_path):
-    # Ids, codes, centroids, OPQ rows and codebooks as FAISS writes them: within the budget, and not far under it.
+    # List numbers and codes, the codec's centroids, OPQ rows and codebooks as they are written: within the budget, and not far under it.
     n, dim, budget = 20_000, 128, 40
     x = np.random.default_rng(0).standard_normal((n, dim)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     factory = ann.codes_factory(n, dim, budget)
     assert factory.startswith("OPQ") and "_" in factory  # fewer codes than dim/4: a projecting OPQ
-    ann.write_faiss(ann.fill(ann.train(factory, x[:10_000]), [x]), tmp_path / "ix.faiss")
-    per_vector = (tmp_path / "ix.faiss").stat().st_size / n
+    codec = ann.train(factory, x[:10_000])
+    ann.write_faiss(codec, tmp_path / "trained.faiss")
+    rows = RowWriter(tmp_path / ann.CODES_FILE, codec.sa_code_size(), "|u1")
+    for chunk in np.array_split(x, 3):
+        rows.append(ann.encode(codec, chunk))
+    assert rows.finish() == n
+    per_vector = sum((tmp_path / f).stat().st_size for f in ("trained.faiss", ann.CODES_FILE)) / n
     assert budget - 3 < per_vector <= budget, (factory, per_vector)
+    # What FAISS's own index file would spend on the same codes: 8 bytes an id more, less 2 of list number.
+    ann.write_faiss(ann.fill(codec, [x]), tmp_path / "ix.faiss")
+    assert (tmp_path / "ix.faiss").stat().st_size / n > per_vector + 5
 
 
 def test_an_opq_rotation_is_undone_for_the_whole_batch_as_faiss_undoes_it_per_vector():
