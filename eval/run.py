@@ -286,7 +286,7 @@ def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: st
     """Where eval keeps a system's index over one corpus: named for the
     system's spec, or, when the index there was built by what the spec meant
     before (new weights under a name, a default factory that has moved on,
-    codes from before standalone codes), for the spec and what it means now,
+    codes from before standalone codes and their scaling), for the spec and what it means now,
     so the old index is neither reused nor in the way."""
     out = corpus_dir / label
     if not (out / "manifest.json").is_file():
@@ -298,7 +298,9 @@ def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: st
         chosen = ann.default_factory(manifest["counts"]["vectors"], encoder.dim, store, code_bytes)
         if chosen != built:
             now["factory"] = chosen
-    if store == "codes" and any(s["index"] and not ann.holds_codes(Path(s["index"])) and "IVF" in (built or "") for s in manifest["shards"]):
+    if store == "codes" and "IVF" in (built or "") and (
+            any(s["index"] and not ann.holds_codes(Path(s["index"])) for s in manifest["shards"])
+            or "vector_norm" not in manifest["index"]):  # codes decoded unscaled
         now["codes"] = ann.CODES_FILE
     if recorded_config(manifest["encoder"]) != encoder.config() or now:
         key = encoder.config() if not now else {"encoder": encoder.config(), **now}

@@ -271,14 +271,44 @@ def search(index: Any, queries: np.ndarray, k: int, nprobe: int, allowed: np.nda
     return scores, ids
 
 
-def decoder(index: Any, codes: np.ndarray | None = None) -> Callable[[np.ndarray], np.ndarray]:
+def decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = None) -> Callable[[np.ndarray], np.ndarray]:
     """Vector ids -> the index's float32 reconstructions of those vectors:
     what stage 2 re-scores when the shard keeps no float16 copy. With a
     shard's standalone `codes`, `index` is their codec and the rows of the
     ids are decoded (centroid plus quantised residual, behind any transform);
     else an IVF index gets its id -> (list, offset) map here, once, in memory
     (8 bytes a vector, not stored), and Flat and HNSW give the vectors they
-    hold."""
+    hold.
+
+    `norm`: every vector indexed had this length (`common_norm` of the
+    training sample), so reconstructions are scaled back to it. Quantisation
+    shortens a vector by an amount that varies from vector to vector, and
+    MaxSim then ranks documents by that error: unscaled, HotpotQA-600
+    `tokens` lost 0.75 Recall@10 more at ~50 bytes (eval/RESULTS.md,
+    "Standalone codes")."""
+    decode = _decoder(index, codes)
+    if norm is None:
+        return decode
+
+    def rescaled(ids: np.ndarray) -> np.ndarray:
+        x = decode(ids)
+        lengths = np.linalg.norm(x, axis=1, keepdims=True) / norm
+        return np.divide(x, lengths, out=x, where=lengths > 0)
+
+    return rescaled
+
+
+def common_norm(sample: np.ndarray, tolerance: float = 0.01) -> float | None:
+    """The length all of `sample`'s vectors share (within `tolerance`, relative:
+    float16 storage rounds them), or None where lengths differ."""
+    lengths = np.linalg.norm(sample, axis=1)
+    if not len(lengths):
+        return None
+    median = float(np.median(lengths))
+    return round(median, 6) if median > 0 and np.abs(lengths / median - 1).max() <= tolerance else None
+
+
+def _decoder(index: Any, codes: np.ndarray | None) -> Callable[[np.ndarray], np.ndarray]:
     if isinstance(index, HnswIndex):
         return lambda ids: np.asarray(index.index.get_items(ids), dtype=np.float32).reshape(len(ids), -1)
     # A downcast wrapper (and a sub-index's) does not own its C++ index:
@@ -289,7 +319,7 @@ def decoder(index: Any, codes: np.ndarray | None = None) -> Callable[[np.ndarray
     if isinstance(typed, faiss.IndexPreTransform):
         # FAISS undoes the transform (OPQ's rotation) one vector at a time
         # in reconstruct_batch: decode the inner codes, then undo it for all at once.
-        inner = decoder(typed.index)
+        inner = _decoder(typed.index, None)
 
         def undo(ids: np.ndarray, owner: Any = index) -> np.ndarray:
             xt = np.ascontiguousarray(inner(ids), dtype=np.float32)
@@ -307,9 +337,10 @@ def decoder(index: Any, codes: np.ndarray | None = None) -> Callable[[np.ndarray
     return lambda ids: index.reconstruct_batch(np.ascontiguousarray(ids, dtype=np.int64))
 
 
-def scoring_decoder(index: Any, codes: np.ndarray | None = None) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray] | None]:
+def scoring_decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = None
+                    ) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray] | None]:
     """(decode, rotate) for stage 2: inner products of `rotate(queries)` with
-    `decode(ids)` equal those of the queries with `decoder(index, codes)(ids)`.
+    `decode(ids)` equal those of the queries with `decoder(index, codes, norm)(ids)`.
     Behind an orthonormal map without bias (OPQ's rotation, or its
     projection to fewer dimensions: `OPQ80_320`), the codes are decoded in
     the mapped space and the query's few vectors are mapped instead of
@@ -322,13 +353,15 @@ def scoring_decoder(index: Any, codes: np.ndarray | None = None) -> tuple[Callab
         lt = faiss.downcast_VectorTransform(typed.chain.at(0))
         if isinstance(lt, faiss.LinearTransform) and lt.is_orthonormal and not lt.have_bias and lt.d_out <= lt.d_in:
             a = faiss.vector_to_array(lt.A).reshape(lt.d_out, lt.d_in).astype(np.float32)
-            inner = decoder(typed.index, codes)  # a standalone code past the transform is the inner index's
+            # A standalone code past the transform is the inner index's; A has
+            # orthonormal rows, so A'c is as long as c: lengths hold on both sides.
+            inner = decoder(typed.index, codes, norm)
 
             def decode(ids: np.ndarray, owner: Any = index) -> np.ndarray:  # `owner` keeps the C++ index alive
                 return inner(ids)
 
             return decode, lambda q: np.ascontiguousarray(q, dtype=np.float32) @ a.T
-    return decoder(index, codes), None
+    return decoder(index, codes, norm), None
 
 
 def build_hnsw(chunks: Iterable[np.ndarray], n: int, dim: int, path: Path, m: int = 16, ef_construction: int = 200):

@@ -438,6 +438,8 @@ class IndexWriter:
                 sample = self._sample(size, shards)
                 log.info("training %s on %d of %d vectors", factory, len(sample), n)
                 trained = ann.train(factory, sample)
+                # Stage 2 scales decoded codes back to it (ann.decoder).
+                self.manifest["index"]["vector_norm"] = ann.common_norm(sample)
             else:
                 trained = ann.make_index(factory, dim)
             ann.write_faiss(trained, self.out / (TRAINED + ".tmp"))
@@ -663,10 +665,11 @@ class IndexWriter:
         store = ShardStore(self.out / shard["name"])
         if not store.has_vectors:
             path = self.out / shard["name"] / shard["index"]
+            norm = self.manifest["index"].get("vector_norm")
             if ann.holds_codes(path):
-                store.decoder = ann.decoder(ann.read_faiss(self.out / self.manifest["index"]["trained"]), ann.read_codes(path))
+                store.decoder = ann.decoder(ann.read_faiss(self.out / self.manifest["index"]["trained"]), ann.read_codes(path), norm)
             else:
-                store.decoder = ann.decoder(ann.read_shard_index(path, store.dim, shard["vectors"]))
+                store.decoder = ann.decoder(ann.read_shard_index(path, store.dim, shard["vectors"]), norm=norm)
         return store
 
     def _require_complete(self, what: str) -> None:

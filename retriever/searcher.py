@@ -182,7 +182,7 @@ class Searcher:
                 shards[-1].index = index
                 if not store.has_vectors:  # store="codes": stage 2 decodes the index's codes
                     codes = ann.read_codes(file) if ann.holds_codes(file) else None
-                    store.decoder, shards[-1].rotate = ann.scoring_decoder(index, codes)
+                    store.decoder, shards[-1].rotate = ann.scoring_decoder(index, codes, manifest["index"].get("vector_norm"))
                 if s.get("deleted"):
                     shards[-1].live = np.ones(len(store), dtype=bool)
                     shards[-1].live[read_deleted(path / s["name"] / s["deleted"])] = False

@@ -138,7 +138,7 @@ def test_cached_codes_index_built_by_an_old_default_or_layout_is_neither_reused_
         (tmp_path / "codes").mkdir(exist_ok=True)
         (tmp_path / "codes" / "manifest.json").write_text(json.dumps({
             "format": "propdex-index", "version": 2, "status": "complete", "encoder": encoder.config(), "counts": {"vectors": n},
-            "index": {"backend": "faiss", "factory": factory}, "shards": [{"name": "shard-00000", "index": index_file}]}))
+            "index": {"backend": "faiss", "factory": factory, "vector_norm": 1.0}, "shards": [{"name": "shard-00000", "index": index_file}]}))
 
     cached(now, ann.CODES_FILE)
     assert cached_index_dir(tmp_path, "codes", encoder, "codes") == tmp_path / "codes"

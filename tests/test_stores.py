@@ -90,6 +90,15 @@ def test_decoded_vectors_stay_within_the_quantiser_error(pair):
     b = np.concatenate([v for v, _ in decoded.vectors(ordinals)])
     cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert len(a) == s["vectors"] and cos.mean() > 0.8 and cos.min() > 0.4, (cos.mean(), cos.min())
+    # Codes change vectors' lengths, unevenly; the index knows its vectors were unit vectors, and stage 2 scales them back.
+    lengths = np.linalg.norm(b, axis=1)
+    assert codes["index"]["vector_norm"] == pytest.approx(1.0, abs=1e-3)
+    assert lengths.std() > 0.01, lengths.std()
+    decoded.decoder = ann.decoder(ann.read_faiss(root / "codes" / codes["index"]["trained"]),
+                                  ann.read_codes(root / "codes" / s["name"] / codes["shards"][0]["index"]), codes["index"]["vector_norm"])
+    c = np.concatenate([v for v, _ in decoded.vectors(ordinals)])
+    np.testing.assert_allclose(np.linalg.norm(c, axis=1), codes["index"]["vector_norm"], rtol=1e-5)
+    np.testing.assert_allclose(c / np.linalg.norm(c, axis=1, keepdims=True), b / lengths[:, None], atol=1e-5)
     # Rows come back per document, in the order asked, unit records alongside.
     for (va, sa), (vb, sb) in zip(exact.vectors([5, 2]), decoded.vectors([5, 2])):
         assert va.shape == vb.shape and np.array_equal(sa, sb)
@@ -237,3 +246,13 @@ def test_a_decoder_keeps_the_index_it_reads_alive():
         del faiss_copy
         gc.collect()
         np.testing.assert_allclose(decode(np.arange(5, dtype=np.int64)), expected, atol=1e-5)
+
+
+def test_the_common_length_of_indexed_vectors_is_found_or_refused():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1000, 32)).astype(np.float32)
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    assert ann.common_norm(unit.astype(np.float16).astype(np.float32)) == pytest.approx(1.0, abs=1e-3)  # float16 rounding is tolerated
+    assert ann.common_norm(np.concatenate([unit, unit], 1)) == pytest.approx(np.sqrt(2), abs=1e-5)  # two unit halves (beside=1, words)
+    assert ann.common_norm(x) is None  # raw vectors: nothing to scale back to
+    assert ann.common_norm(np.concatenate([unit, 0.9 * unit])) is None
