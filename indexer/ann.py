@@ -176,6 +176,16 @@ def read_shard_index(path: Path, dim: int, n: int, mmap: bool = False, codec: Pa
     return read_faiss(path, mmap)
 
 
+def lists(index: Any) -> int:
+    """An index's IVF lists (0 where it has none: Flat, HNSW)."""
+    if isinstance(index, HnswIndex):
+        return 0
+    try:
+        return int(faiss.extract_index_ivf(index).nlist)
+    except RuntimeError:
+        return 0
+
+
 def holds_codes(path: Path) -> bool:
     return path.name == CODES_FILE
 

@@ -8,7 +8,8 @@ and `offsets[d]:offsets[d+1]` are document d's vectors.
 `vectors.f16` (.npy, float16 (V, dim)) is memory-mapped: stage 2 gathers a
 candidate's rows without a copy or a read transaction. An index built with
 `store="codes"` drops it once the shard's ANN index is committed; stage 2
-then decodes the index's codes (`decoder`). Indexes written before this file
+then decodes the index's codes (`decoder`: over IVF, rows of the shard's
+memory-mapped standalone codes, `ann.CODES_FILE`). Indexes written before this file
 existed keep each document's vectors under `vec/<ord>` in LMDB; they are read
 as they are. LMDB keys:
 

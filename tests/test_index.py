@@ -183,6 +183,18 @@ def test_search_nprobe_does_not_stick(tmp_path, tiny, hotpot_docs):
         Searcher.load(tmp_path / "pq", encoder=enc, nprobe=0)
 
 
+def test_default_nprobe_follows_the_lists_of_the_index_it_searches(tmp_path, tiny, hotpot_docs):
+    from propdex.retriever.searcher import default_nprobe
+
+    # Multi-vector queries probe 1/256 of the lists, 4 to 16; one-vector queries 128.
+    assert [default_nprobe(30, n) for n in (0, 64, 1024, 2048, 4096, 16384)] == [4, 4, 4, 8, 16, 16]
+    assert default_nprobe(1, 1024) == default_nprobe(1, 4096) == 128
+    enc, _ = build(tmp_path, tiny, hotpot_docs, name="pq", factory="IVF16,PQ8")
+    flat, _ = build(tmp_path, tiny, hotpot_docs, name="flat")
+    with Searcher.load(tmp_path / "pq", encoder=enc) as s, Searcher.load(tmp_path / "flat", encoder=flat) as f:
+        assert (s.lists, f.lists) == (16, 0)
+
+
 def test_default_factory_scales_with_the_corpus():
     assert ann.default_factory(1_000, 384) == "Flat"
     assert ann.default_factory(1_000_000, 384) == "IVF4096,PQ96"
