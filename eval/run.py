@@ -267,7 +267,7 @@ def ann_bytes(index: Path, manifest: dict[str, Any]) -> int:
     codec where shards keep standalone codes (a FAISS index file holds its own)."""
     shards = manifest["shards"]
     total = sum((index / s["name"] / s["index"]).stat().st_size for s in shards if s["index"])
-    if any(s["index"] and ann.holds_codes(Path(s["index"])) for s in shards):
+    if any(s["index"] and ann.holds_codes(s["index"]) for s in shards):
         total += manifest["index"]["trained_bytes"]
     return total
 
@@ -299,7 +299,7 @@ def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: st
         if chosen != built:
             now["factory"] = chosen
     if store == "codes" and "IVF" in (built or "") and (
-            any(s["index"] and not ann.holds_codes(Path(s["index"])) for s in manifest["shards"])
+            any(s["index"] and not ann.holds_codes(s["index"]) for s in manifest["shards"])
             or "vector_norm" not in manifest["index"]):  # codes decoded unscaled
         now["codes"] = ann.CODES_FILE
     if recorded_config(manifest["encoder"]) != encoder.config() or now:

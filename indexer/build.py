@@ -238,7 +238,7 @@ class IndexWriter:
             # The largest resident set any run of this build reached.
             "peak_rss_mb": max(peak_rss_mb(), (self.manifest.get("timings") or {}).get("peak_rss_mb", 0.0)),
         }
-        if any(s["index"] and ann.holds_codes(Path(s["index"])) for s in shards):
+        if any(s["index"] and ann.holds_codes(s["index"]) for s in shards):
             self.manifest["version"] = FORMAT_VERSION
         self.manifest["versions"] = library_versions()
         self.manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

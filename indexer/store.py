@@ -156,8 +156,7 @@ class ShardWriter:
 
     def close(self) -> None:
         """Release the files of a writer that will not finish (its directory is the caller's to remove)."""
-        if not self.vectors.file.closed:
-            self.vectors.file.close()
+        if self.vectors.close():
             self.env.close()
 
     def _reserve(self, payload: int) -> None:
@@ -197,6 +196,13 @@ class RowWriter:
         os.fsync(self.file.fileno())
         self.file.close()
         return self.rows
+
+    def close(self) -> bool:
+        """Release the file of a writer that will not finish; whether it was still open."""
+        if self.file.closed:
+            return False
+        self.file.close()
+        return True
 
     def _header(self) -> bytes:
         body = repr({"descr": self.dtype.str, "fortran_order": False, "shape": (self.rows, self.width)})

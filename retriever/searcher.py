@@ -167,6 +167,7 @@ class Searcher:
         if encoder.backbone.weights_hash != manifest["backbone"]["weights_sha256"]:
             raise ValueError(f"backbone {encoder.backbone.name!r} here has other weights than the index was built with")
         shards: list[_Shard] = []
+        codec = None  # the trained index that standalone codes are read through: read once, for every shard
         try:
             for s in manifest["shards"]:
                 if s["index"] is None:
@@ -174,15 +175,18 @@ class Searcher:
                 store = ShardStore(path / s["name"])
                 shards.append(_Shard(s["name"], store, None))
                 file = path / s["name"] / s["index"]
-                codec = path / manifest["index"]["trained"] if manifest["index"].get("trained") else None
-                index = ann.read_shard_index(file, store.dim, s["vectors"], mmap, codec)
+                codes = ann.read_codes(file) if ann.holds_codes(file) else None
+                if codes is not None:
+                    codec = codec or ann.read_faiss(path / manifest["index"]["trained"])
+                    index = ann.index_from_codes(codec, codes)
+                else:
+                    index = ann.read_shard_index(file, store.dim, s["vectors"], mmap)
                 counts = (len(store), int(store.info["vectors"]), index.ntotal)
                 if counts != (s["docs"], s["vectors"], s["vectors"]):
                     raise ValueError(f"index {path} is damaged: {s['name']} holds {counts[0]} documents, {counts[1]} stored and "
                                      f"{counts[2]} indexed vectors, its manifest {s['docs']} and {s['vectors']}")
                 shards[-1].index = index
                 if not store.has_vectors:  # store="codes": stage 2 decodes the index's codes
-                    codes = ann.read_codes(file) if ann.holds_codes(file) else None
                     store.decoder, shards[-1].rotate = ann.scoring_decoder(index, codes, manifest["index"].get("vector_norm"))
                 if s.get("deleted"):
                     shards[-1].live = np.ones(len(store), dtype=bool)
