@@ -33,16 +33,17 @@ def parse_setting(text: str) -> dict[str, int]:
         raise ValueError(f"a setting is 'default' or name=integer,...; got {text!r}") from None
 
 
-def sweep(task_name: str, path: str, index: Path, settings: list[str], threads: int) -> dict[str, Any]:
+def sweep(task_name: str, path: str, index: Path, settings: list[str], threads: int, split: str = "test") -> dict[str, Any]:
     from propdex.encoders import encoder_from_config
     from propdex.indexer.manifest import read_manifest
     from propdex.retriever import Searcher
 
     from .metrics import beir_metrics, hotpotqa_metrics
     from .peers import latency, timed
+    from .datasets import load_beir
     from .run import load_task
 
-    task = load_task(task_name, path, None)
+    task = load_beir(path, split) if task_name == "beir" else load_task(task_name, path, None)
     manifest = read_manifest(index)
     encoder = encoder_from_config(manifest["encoder"], device="cpu")
     rows = {}
@@ -58,7 +59,7 @@ def sweep(task_name: str, path: str, index: Path, settings: list[str], threads: 
             rows[setting] = {k: round(100 * v, 2) for k, v in quality.items()} | latency(times)
             print(setting, json.dumps(rows[setting]), flush=True)
     return {"task": task.name, "index": str(index), "factory": manifest["index"]["factory"],
-            "store": manifest["settings"].get("store", "float16"), "threads": threads, "queries": len(task.queries), "settings": rows}
+            "store": manifest["settings"].get("store", "float16"), "threads": threads, "split": split, "queries": len(task.queries), "settings": rows}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("index", type=Path)
     p.add_argument("--settings", nargs="+", default=["default"])
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--split", default="test", help="BEIR queries to search: test, or train to choose settings on queries no table reports")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     for setting in args.settings:
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     from .run import run_versions
 
     result = {"command": "python -m propdex.eval.search_sweep " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
-              "versions": run_versions(), **sweep(args.task, args.path, args.index, args.settings, args.threads)}
+              "versions": run_versions(), **sweep(args.task, args.path, args.index, args.settings, args.threads, args.split)}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -195,6 +195,13 @@ def test_default_nprobe_follows_the_lists_of_the_index_it_searches(tmp_path, tin
         assert (s.lists, f.lists) == (16, 0)
 
 
+def test_default_rerank_is_smaller_for_multi_vector_queries_and_never_under_twice_k():
+    from propdex.retriever.searcher import default_rerank
+
+    assert (default_rerank(10, 30), default_rerank(10, 1)) == (32, 64)
+    assert default_rerank(100, 30) == default_rerank(100, 1) == 200
+
+
 def test_default_factory_scales_with_the_corpus():
     assert ann.default_factory(1_000, 384) == "Flat"
     assert ann.default_factory(1_000_000, 384) == "IVF4096,PQ96"
