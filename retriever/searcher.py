@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -115,6 +116,7 @@ class Searcher:
         # The default (None: by the query and the lists, `default_nprobe`); search(nprobe=...) overrides it for that call only.
         self.nprobe = nprobe
         self.lists = max((ann.lists(s.index) for s in shards), default=0)
+        self.vectors_per_doc = sum(int(s.store.info["vectors"]) for s in shards) / max(1, sum(len(s.store) for s in shards))
         info = manifest.get("lexical")
         # Loaded (memory-mapped) now, not on first use: a writer's later
         # commit replaces it, and this reader keeps the view it opened.
@@ -258,9 +260,8 @@ class Searcher:
         encoded = self.encoder.encode_queries(list(queries))
         sizes = [len(e.vectors) for e in encoded]
         depth = max(k, FUSION_DEPTH) if st.hybrid else k
-        # Multi-vector queries spread their budget over many vectors.
-        per_vector = st.candidates or (64 if max(sizes) > 1 else max(100, 10 * k))
         n_rerank = st.rerank or default_rerank(k, max(sizes))
+        per_vector = st.candidates or default_candidates(k, max(sizes), n_rerank, self.vectors_per_doc)
         filtered = [self._vector_mask(s, a) for s, a in zip(self.shards, allowed)]
         if within is None and where is not None and sum(int(m.sum()) for m in filtered if m is not None) <= EXACT_FILTERED_VECTORS:
             # Few vectors pass the filter: re-score every one of their documents.
@@ -569,10 +570,31 @@ def default_nprobe(query_vectors: int, lists: int = 4096) -> int:
     defaults"), and so do 4 of the 1,024 larger lists of the codes store,
     on SciFact and HotpotQA-600 ("Standalone codes"). So a query vector
     probes 1/256 of the lists, at least 4 and never more than the 16
-    measured."""
+    measured. A one-vector query probes a quarter of the lists, 128 to
+    512: beside its passage, a proposition's vector lies with its
+    passage's, and on SciFact's train queries (IVF2048, 1,000 hits) 512
+    lists scored 0.49 nDCG@10 over 128 for
+    `proposition:context=passage:beside=1`, 0.07 for `proposition:beside=1`
+    ("One-vector queries over many vectors a document")."""
     if query_vectors > 1:
         return min(16, max(4, lists // 256))
-    return 128
+    return max(128, min(lists // 4, 512))
+
+
+def default_candidates(k: int, query_vectors: int, rerank: int, vectors_per_doc: float) -> int:
+    """Stage-1 hits per query vector unless asked. A multi-vector query
+    spreads its budget over its vectors: 64 each. A one-vector query must
+    name its `rerank` documents by itself, and an index of many vectors a
+    document (propositions: 46 on SciFact) spends its hits on a few
+    documents' units: at 100 hits, SciFact's train queries lost 1.1
+    nDCG@10 on `proposition:context=passage:beside=1` and 0.9 on
+    `proposition:beside=1` to 300 (1,000 and 3,000 scored as 300 did;
+    eval/RESULTS.md, "One-vector queries over many vectors a document").
+    So it asks for up to 16 hits a document it re-scores, and never fewer
+    than 100 or 10k."""
+    if query_vectors > 1:
+        return 64
+    return max(100, 10 * k, rerank * min(16, math.ceil(vectors_per_doc)))
 
 
 def default_rerank(k: int, query_vectors: int = 1) -> int:

@@ -188,7 +188,8 @@ def test_default_nprobe_follows_the_lists_of_the_index_it_searches(tmp_path, tin
 
     # Multi-vector queries probe 1/256 of the lists, 4 to 16; one-vector queries 128.
     assert [default_nprobe(30, n) for n in (0, 64, 1024, 2048, 4096, 16384)] == [4, 4, 4, 8, 16, 16]
-    assert default_nprobe(1, 1024) == default_nprobe(1, 4096) == 128
+    # One-vector queries a quarter of the lists, 128 to 512.
+    assert [default_nprobe(1, n) for n in (0, 64, 1024, 2048, 4096, 65536)] == [128, 128, 256, 512, 512, 512]
     enc, _ = build(tmp_path, tiny, hotpot_docs, name="pq", factory="IVF16,PQ8")
     flat, _ = build(tmp_path, tiny, hotpot_docs, name="flat")
     with Searcher.load(tmp_path / "pq", encoder=enc) as s, Searcher.load(tmp_path / "flat", encoder=flat) as f:
@@ -200,6 +201,15 @@ def test_default_rerank_is_smaller_for_multi_vector_queries_and_never_under_twic
 
     assert (default_rerank(10, 30), default_rerank(10, 1)) == (32, 64)
     assert default_rerank(100, 30) == default_rerank(100, 1) == 200
+
+
+def test_default_candidates_name_enough_documents_for_a_one_vector_query():
+    from propdex.retriever.searcher import default_candidates
+
+    assert default_candidates(10, 30, 32, 270.0) == 64  # multi-vector: per query vector
+    assert default_candidates(10, 1, 64, 1.1) == 128  # two hits a re-scored document
+    assert default_candidates(10, 1, 64, 46.0) == 64 * 16  # at most 16 a document
+    assert default_candidates(100, 1, 200, 1.0) == 1000  # never under 10k
 
 
 def test_default_factory_scales_with_the_corpus():
