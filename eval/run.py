@@ -100,13 +100,14 @@ class Outcome:
     stats: dict[str, Any]
 
 
-def load_task(task: str, path: str, limit: int | None) -> Task:
+def load_task(task: str, path: str, limit: int | None, split: str = "test") -> Task:
+    """The task's data; `split` picks BEIR's queries (the other tasks have one)."""
     if task == "hotpotqa":
         return load_hotpotqa(path, limit=limit)
     if task == "propsegment":
         return load_propsegment(path, limit=limit)
     if task == "beir":
-        return load_beir(path, limit=limit)
+        return load_beir(path, split, limit=limit)
     raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
 
 

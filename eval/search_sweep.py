@@ -40,10 +40,9 @@ def sweep(task_name: str, path: str, index: Path, settings: list[str], threads: 
 
     from .metrics import beir_metrics, hotpotqa_metrics
     from .peers import latency, timed
-    from .datasets import load_beir
     from .run import load_task
 
-    task = load_beir(path, split) if task_name == "beir" else load_task(task_name, path, None)
+    task = load_task(task_name, path, None, split)
     manifest = read_manifest(index)
     encoder = encoder_from_config(manifest["encoder"], device="cpu")
     rows = {}

@@ -186,7 +186,7 @@ def test_search_nprobe_does_not_stick(tmp_path, tiny, hotpot_docs):
 def test_default_nprobe_follows_the_lists_of_the_index_it_searches(tmp_path, tiny, hotpot_docs):
     from propdex.retriever.searcher import default_nprobe
 
-    # Multi-vector queries probe 1/256 of the lists, 4 to 16; one-vector queries 128.
+    # Multi-vector queries probe 1/256 of the lists, 4 to 16.
     assert [default_nprobe(30, n) for n in (0, 64, 1024, 2048, 4096, 16384)] == [4, 4, 4, 8, 16, 16]
     # One-vector queries a quarter of the lists, 128 to 512.
     assert [default_nprobe(1, n) for n in (0, 64, 1024, 2048, 4096, 65536)] == [128, 128, 256, 512, 512, 512]

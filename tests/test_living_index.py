@@ -425,7 +425,7 @@ def test_threads_are_set_for_the_process_when_asked(tmp_path, encoder):
 
 
 def test_a_one_vector_query_probes_more_lists_than_each_vector_of_many(tmp_path, tiny, monkeypatch):
-    """Unless asked, a one-vector query probes 128 IVF lists (it must find
+    """Unless asked, a one-vector query probes at least 128 IVF lists (it must find
     every candidate with that one vector), each vector of a multi-vector
     query 1/256 of the lists, at least 4; an explicit nprobe, on the
     searcher or the call, wins."""
