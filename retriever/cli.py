@@ -21,7 +21,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--nprobe", type=int, help="IVF lists probed per query vector (default: a quarter of the lists, 128 to 512, for a one-vector query; 1/256 of them, 4 to 16, for each vector of a multi-vector one)")
     p.add_argument("--candidates", type=int, help="ANN hits per query vector and shard")
-    p.add_argument("--rerank", type=int, help="documents re-scored exactly (default: max(32, 2k) for a multi-vector query, max(64, 2k) for one vector)")
+    p.add_argument("--rerank", type=int, help="stage 1's best documents re-scored exactly and ranked first (default: 32 for a multi-vector query, 64 for one vector); up to 2k are re-scored, the rest ranked after them")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--hybrid", action="store_true", help="fuse the dense ranking with the index's BM25 (reciprocal rank fusion)")
     mode.add_argument("--bm25", action="store_true", help="answer from the index's BM25 alone (document level)")

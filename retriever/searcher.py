@@ -97,6 +97,7 @@ class _Candidate:
     sim: np.ndarray  # (m, n) float32
     unit_sentences: np.ndarray  # (n, 2)
     score: float
+    tier: int = 0  # 1: past stage 1's first `rerank` documents, ranked after them
 
     def sentence_scores(self) -> np.ndarray:
         """MaxSim per sentence of the document (-inf where it has no unit)."""
@@ -260,7 +261,8 @@ class Searcher:
         encoded = self.encoder.encode_queries(list(queries))
         sizes = [len(e.vectors) for e in encoded]
         depth = max(k, FUSION_DEPTH) if st.hybrid else k
-        n_rerank = st.rerank or default_rerank(k, max(sizes))
+        first = st.rerank or default_rerank(max(sizes))
+        n_rerank = max(first, 2 * k)
         per_vector = st.candidates or default_candidates(k, max(sizes), n_rerank, self.vectors_per_doc)
         filtered = [self._vector_mask(s, a) for s, a in zip(self.shards, allowed)]
         if within is None and where is not None and sum(int(m.sum()) for m in filtered if m is not None) <= EXACT_FILTERED_VECTORS:
@@ -285,7 +287,7 @@ class Searcher:
                 chosen = within[qi]
             else:
                 chosen = self._locate(within[qi], allowed)
-            cands = self._stage2(e.vectors, chosen, n_rerank if within is None else len(chosen), skip)
+            cands = self._stage2(e.vectors, chosen, n_rerank, skip, first) if within is None else self._stage2(e.vectors, chosen, len(chosen), skip)
             if not st.hybrid:
                 results.append(self._hits(cands, self._rows(cands, k, level), level))
                 continue
@@ -461,9 +463,13 @@ class Searcher:
         keys = [k for k in keys if k is not None and (allowed is None or allowed[k >> 32] is None or allowed[k >> 32][k & 0xFFFFFFFF])]
         return np.array(keys, dtype=np.int64)
 
-    def _stage2(self, q: np.ndarray, chosen: np.ndarray, n_rerank: int, exclude: set[str]) -> list[_Candidate]:
-        """Exact scores of the chosen documents; the best `n_rerank`, best first."""
+    def _stage2(self, q: np.ndarray, chosen: np.ndarray, n_rerank: int, exclude: set[str], first: int | None = None) -> list[_Candidate]:
+        """Exact scores of the chosen documents, in the order they are ranked;
+        the best `n_rerank`. With `first`, `chosen` is in stage 1's order and
+        its first `first` documents (once `exclude` is out) rank ahead of the
+        rest, each group best first: a page is the same whatever k."""
         m = len(q)
+        place = {key: i for i, key in enumerate(chosen.tolist())}
         by_shard: dict[int, list[int]] = {}
         for key in chosen.tolist():
             by_shard.setdefault(key >> 32, []).append(key & 0xFFFFFFFF)
@@ -492,7 +498,11 @@ class Searcher:
                 c.sim = alpha[None, bounds[i] : bounds[i + 1]]
         for c in out:
             c.score = scoring.maxsim(c.sim)
-        out.sort(key=lambda c: (-c.score, c.shard, c.ordinal))
+        if first is not None and len(out) > first:
+            out.sort(key=lambda c: place[(c.shard << 32) | c.ordinal])
+            for c in out[first:]:
+                c.tier = 1
+        out.sort(key=lambda c: (c.tier, -c.score, c.shard, c.ordinal))
         return out[:n_rerank]
 
     # -- aggregation -------------------------------------------------------------------
@@ -511,7 +521,7 @@ class Searcher:
             for j in scoring.top_k(scores, k):
                 if np.isfinite(scores[j]):
                     rows.append((float(scores[j]), ci, int(j)))
-        rows.sort(key=lambda r: (-r[0], cands[r[1]].shard, cands[r[1]].ordinal, r[2]))
+        rows.sort(key=lambda r: (cands[r[1]].tier, -r[0], cands[r[1]].shard, cands[r[1]].ordinal, r[2]))
         return rows[:k]
 
     def _hits(self, cands: list[_Candidate], rows: Sequence[tuple[float, int, int]], level: Level) -> list[Hit]:
@@ -597,17 +607,20 @@ def default_candidates(k: int, query_vectors: int, rerank: int, vectors_per_doc:
     return max(100, 10 * k, rerank * min(16, math.ceil(vectors_per_doc)))
 
 
-def default_rerank(k: int, query_vectors: int = 1) -> int:
-    """Documents stage 2 re-scores exactly unless asked, never fewer than
-    twice k. A multi-vector query re-scores 32 for a top 10: chosen on
-    SciFact's train queries (nDCG@10 at 64 / 48 / 32 / 24 documents: float16
-    store 70.86 / 70.84 / 71.06 / 71.38, codes 70.54 / 70.58 / 70.86 /
-    70.82), since the fewer stage-1 near-misses MaxSim sees, the fewer it
-    ranks in by accident; and stage 2 is most of a query's time
-    (eval/RESULTS.md, "Fewer documents re-scored"). A one-vector query keeps
-    64, as PLAID decompresses 64 of its 256 candidates: nothing measured
-    fewer there."""
-    return max(32 if query_vectors > 1 else 64, 2 * k)
+def default_rerank(query_vectors: int = 1) -> int:
+    """Stage 1's best documents that stage 2 re-scores and ranks first,
+    unless asked (`rerank`). Asked for more than half as many, stage 2
+    scores up to 2k and ranks the others after them: the first page never
+    changes with k (Vespa's second phase keeps a fixed rerank-count for the
+    same reason), and a deep ranking's top 10 is a top 10's. A multi-vector
+    query ranks 32 first: chosen on SciFact's train queries (nDCG@10 at 64 /
+    48 / 32 / 24 documents: float16 store 70.86 / 70.84 / 71.06 / 71.38,
+    codes 70.54 / 70.58 / 70.86 / 70.82), since the fewer stage-1
+    near-misses MaxSim sees, the fewer it ranks in by accident; and stage 2
+    is most of a query's time (eval/RESULTS.md, "Fewer documents
+    re-scored"). A one-vector query ranks 64, as PLAID decompresses 64 of
+    its 256 candidates: nothing measured fewer there."""
+    return 32 if query_vectors > 1 else 64
 
 
 def set_threads(n: int) -> None:

@@ -25,7 +25,7 @@ class SearchSettings:
     level: Level = "doc"
     nprobe: int | None = None  # IVF lists probed per query vector (None: the searcher's default)
     candidates: int | None = None  # ANN hits per query vector and shard
-    rerank: int | None = None  # documents re-scored exactly per query
+    rerank: int | None = None  # stage 1's best documents re-scored exactly and ranked first (up to 2k are re-scored)
     hybrid: bool = False  # fuse with the index's BM25 (reciprocal rank fusion)
     bm25: bool = False  # BM25 alone
     hops: int = 1  # 2: a second BM25 hop for multi-hop questions

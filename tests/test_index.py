@@ -196,11 +196,28 @@ def test_default_nprobe_follows_the_lists_of_the_index_it_searches(tmp_path, tin
         assert (s.lists, f.lists) == (16, 0)
 
 
-def test_default_rerank_is_smaller_for_multi_vector_queries_and_never_under_twice_k():
+def test_default_rerank_is_smaller_for_multi_vector_queries():
     from propdex.retriever.searcher import default_rerank
 
-    assert (default_rerank(10, 30), default_rerank(10, 1)) == (32, 64)
-    assert default_rerank(100, 30) == default_rerank(100, 1) == 200
+    assert (default_rerank(30), default_rerank(1)) == (32, 64)
+
+
+def test_a_page_is_the_same_whatever_k(tmp_path, tiny, hotpot_docs, hotpot_questions):
+    """Stage 1's first `rerank` documents rank ahead of the rest, so asking
+    for more hits never reorders the ones asked for before."""
+    enc, _ = build(tmp_path, tiny, hotpot_docs, name="pq", factory="IVF16,PQ8")
+    queries = [q["question"] for q in hotpot_questions[:12]]
+    ahead = 0
+    with Searcher.load(tmp_path / "pq", encoder=enc) as s:
+        for q in queries:
+            page = [(h.doc_id, h.score) for h in s.search(q, k=3, rerank=4)]
+            deep = [(h.doc_id, h.score) for h in s.search(q, k=20, rerank=4)]
+            assert deep[:3] == page and len(deep) == 20
+            # Past the first four, a document may score above one of them: it was ranked after them.
+            ahead += max(score for _, score in deep[4:]) > min(score for _, score in deep[:4])
+            for level in ("sentence", "unit"):
+                assert s.search(q, k=20, rerank=4, level=level)[:3] == s.search(q, k=3, rerank=4, level=level)
+    assert ahead  # the tiers decided something: one sorted list would have reordered the page
 
 
 def test_default_candidates_name_enough_documents_for_a_one_vector_query():
