@@ -151,3 +151,14 @@ def test_cached_codes_index_built_by_an_old_default_or_layout_is_neither_reused_
     old_layout = cached_index_dir(tmp_path, "codes", encoder, "codes")
     assert old_layout.name.startswith("codes-") and old_layout != old_rule
     assert cached_index_dir(tmp_path, "codes", encoder, "float16", factory=now) == tmp_path / "codes"  # float16 keeps FAISS files
+
+
+def test_beir_metrics_score_the_ranking_in_the_order_returned():
+    """A searcher's hits past its first page may score above the page's
+    last; eval measures the order the user gets, not a re-sort by score."""
+    from propdex.eval.datasets import Task
+    from propdex.eval.run import Outcome, score
+
+    task = Task("t", corpus=[], queries=[], gold_docs={"q": {"b"}}, qrels={"q": {"b": 1}})
+    returned = Outcome({"q": ["b", "a", "c"]}, {"q": [0.5, 0.9, 0.1]}, [1.0], {})
+    assert score(task, "doc", returned)["MRR@10"] == 1.0  # sorted by score, "a" would come first: 0.5
