@@ -110,11 +110,18 @@ def unit_scores(sim: np.ndarray) -> np.ndarray:
 
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k largest scores, best first (ties by index)."""
+    """Indices of the k largest scores, best first, ties by index: the k
+    asked for are the first k of any longer answer (argpartition alone
+    picks tied scores at the cut arbitrarily)."""
     k = min(k, len(scores))
     if k <= 0:
         return np.zeros(0, dtype=np.int64)
-    part = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+    if k < len(scores):
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]  # the k-th largest
+        above = np.flatnonzero(scores > kth)
+        part = np.concatenate([above, np.flatnonzero(scores == kth)[: k - len(above)]])
+    else:
+        part = np.arange(len(scores))
     return part[np.lexsort((part, -scores[part]))]
 
 

@@ -41,6 +41,17 @@ def test_top_k_orders_best_first_and_breaks_ties_by_index():
     assert scoring.top_k(scores, 0).tolist() == []
 
 
+def test_top_k_is_a_prefix_of_any_longer_top_k_among_many_ties():
+    """Codes decode many units to one vector: their scores tie exactly, and
+    a page must not change with k (argpartition picks ties at random)."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        scores = rng.integers(0, 3, size=int(rng.integers(5, 60))).astype(np.float32)
+        k = int(rng.integers(1, len(scores)))
+        expected = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:k]
+        assert scoring.top_k(scores, k).tolist() == expected
+
+
 def test_approximate_scores_impute_the_floor_for_missed_query_vectors():
     # query vector 0 hit docs 7 and 8; query vector 1 hit doc 8 only
     hit_scores = np.array([0.9, 0.5, 0.6], dtype=np.float32)
