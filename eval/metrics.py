@@ -112,6 +112,15 @@ def propsegment_metrics(
     return out
 
 
+def rank_scores(doc_ids: Iterable[str]) -> dict[str, float]:
+    """Distinct scores in rank order (a repeated id counts where it first
+    appears), so ir-measures scores the order a system returns: a searcher's
+    hits past its first page may score above the page's last, and tied
+    scores would be broken by document id."""
+    doc_ids = list(doc_ids)
+    return {d: float(len(doc_ids) - i) for i, d in reversed(list(enumerate(doc_ids)))}
+
+
 def beir_metrics(
     run: Mapping[str, Mapping[str, float]],
     qrels: Mapping[str, Mapping[str, int]],

@@ -49,7 +49,7 @@ from propdex.indexer.store import ShardStore, read_deleted
 from propdex.retriever import Searcher
 from propdex.retriever.scoring import top_k
 
-from .metrics import beir_metrics
+from .metrics import beir_metrics, rank_scores
 from .run import all_in_bytes
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ def measure_exact(index: str, queries: list[tuple[str, str]], qrels: dict[str, d
         finally:
             store.close()
     elapsed = time.perf_counter() - started
-    run = {qid: _ranked(doc_id for _, doc_id in sorted(hits, key=lambda h: (-h[0], h[1]))[:10]) for (qid, _), hits in zip(queries, ranked)}
+    run = {qid: rank_scores(doc_id for _, doc_id in sorted(hits, key=lambda h: (-h[0], h[1]))[:10]) for (qid, _), hits in zip(queries, ranked)}
     return {
         "nDCG@10": round(beir_metrics(run, qrels)["nDCG@10"], 4), "queries": len(queries),
         "p50_ms": None, "p95_ms": None, "scan_ms_per_query": round(1000 * elapsed / len(queries), 1),
@@ -310,14 +310,8 @@ def timed(queries: list[tuple[str, str]], search) -> tuple[dict[str, dict[str, f
         started = time.perf_counter()
         hits = search(text)
         times.append((time.perf_counter() - started) * 1000)
-        run[qid] = _ranked(doc_id for doc_id, _ in hits)
+        run[qid] = rank_scores(doc_id for doc_id, _ in hits)
     return run, times
-
-
-def _ranked(doc_ids) -> dict[str, float]:
-    """Distinct scores in rank order, so ir-measures' tie-breaking keeps the system's order."""
-    doc_ids = list(doc_ids)
-    return {doc_id: float(len(doc_ids) - i) for i, doc_id in enumerate(doc_ids)}
 
 
 def latency(times: list[float]) -> dict[str, float]:

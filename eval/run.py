@@ -325,10 +325,7 @@ def _slug(name: str) -> str:
 def score(task: Task, level: str, outcome: Outcome) -> dict[str, float]:
     r = outcome.rankings
     if task.qrels is not None:
-        # The ranking in the order the system returns it: past a searcher's
-        # first page a score may rise (Searcher's `rerank`), and ties stay in
-        # the system's order rather than trec_eval's (by document id).
-        run = {q: {str(d): float(len(ids) - i) for i, d in reversed(list(enumerate(ids)))} for q, ids in r.items()}
+        run = {q: metrics.rank_scores(map(str, ids)) for q, ids in r.items()}
         return metrics.beir_metrics(run, task.qrels)
     if task.prop_text:  # PropSegment
         runs = {q: metrics.remove_ids(ids, task.exclude.get(q)) for q, ids in r.items()}

@@ -1,14 +1,15 @@
 """Search settings against quality and latency on one built index, at k = 10.
 
-Eval ranks 100 deep for its Recall@100 columns, so stage 2 there re-scores
-200 documents whatever a user's top 10 would; this sweep searches exactly
+Eval ranks 100 deep for its Recall@100 columns (stage 2 re-scores 200
+documents there, with the same first page); this sweep searches exactly
 as a user asking for 10 hits does, one query at a time on `--threads`
 threads, once per setting, on the same loaded index:
 
     python -m propdex.eval.search_sweep beir ../shared/data/beir/scifact runs/bench/scifact-tokens \\
         --settings default "nprobe=32,rerank=100" "nprobe=8"
 
-A setting is `default` or comma-separated SearchSettings options. BEIR tasks
+A setting is `default` or comma-separated SearchSettings options (`k=`
+too: fewer hits than the metrics read). BEIR tasks
 report nDCG@10, HotpotQA Recall@2/5/10; each setting gets p50/p95 ms
 (query encoding included). JSON goes to `--out` with the command and versions.
 """
@@ -50,7 +51,7 @@ def sweep(task_name: str, path: str, index: Path, settings: list[str], threads: 
         for setting in settings:
             options = parse_setting(setting)
             run, times = timed([(q.id, q.text) for q in task.queries],
-                               lambda text: [(h.doc_id, h.score) for h in searcher.search(text, k=10, **options)])
+                               lambda text: [(h.doc_id, h.score) for h in searcher.search(text, **({"k": 10} | options))])
             if task.qrels is not None:
                 quality = {"nDCG@10": beir_metrics(run, task.qrels)["nDCG@10"]}
             else:

@@ -140,7 +140,7 @@ def test_where_filters_inside_stage_one_and_still_returns_k(tmp_path, tiny, monk
     meta = {d.id: d.metadata for d in docs}
     with Searcher.load(tmp_path / "i", encoder=encoder, nprobe=1) as s:
         for q in QUERIES:
-            everything = s.search(q, k=60, nprobe=4)
+            everything = s.search(q, k=60, nprobe=4, rerank=60)  # every document, in one exactly scored page
             for where, keep in [({"parity": 1}, lambda m: m["parity"] == 1),
                                 ({"group": ["g0", "g2"]}, lambda m: m["group"] in ("g0", "g2")),
                                 ({"tags": "t3", "parity": 1}, lambda m: "t3" in m["tags"] and m["parity"] == 1),
