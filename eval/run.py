@@ -30,6 +30,7 @@ from propdex.encoders.spec import split_spec
 from propdex.indexer import ann
 from propdex.indexer.ann import CODE_BYTES
 from propdex.indexer.build import IndexWriter
+from propdex.indexer.settings import IndexSettings
 from propdex.indexer.lexical import BM25, document_text
 from propdex.indexer.manifest import library_versions, read_manifest
 from propdex.retriever import Searcher
@@ -212,7 +213,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     key = hashlib.sha256("\n".join(f"{d.id}\t{d.text}\t{d.focus}" for d in corpus).encode()).hexdigest()[:12]
     # Search-time options (nprobe) do not change the index: reuse it.
     index_label = ":".join([system.name, *(f"{k}={v}" for k, v in system.options.items() if k not in SEARCH_OPTIONS)])
-    store, code_bytes, factory = system.options.get("store", "float16"), int(system.options.get("code_bytes", CODE_BYTES)), system.options.get("factory")
+    store, code_bytes, factory = system.options.get("store", IndexSettings.store), int(system.options.get("code_bytes", CODE_BYTES)), system.options.get("factory")
     out = cached_index_dir(work / f"{_slug(task.name.split('[')[0])}-{key}", _slug(index_label), encoder, store, code_bytes, factory)
     writer = IndexWriter(
         out, encoder, shard_docs=10_000, factory=factory,
@@ -282,11 +283,11 @@ def all_in_bytes(index: Path, manifest: dict[str, Any], dim: int) -> int:
     return total + sum((s.get("stored_bytes") or 0) if "stored" in s else 2 * dim * s["vectors"] for s in shards)
 
 
-def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: str = "float16", code_bytes: int = CODE_BYTES,
+def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: str = IndexSettings.store, code_bytes: int = CODE_BYTES,
                      factory: str | None = None) -> Path:
     """Where eval keeps a system's index over one corpus: named for the
     system's spec, or, when the index there was built by what the spec meant
-    before (new weights under a name, a default factory that has moved on,
+    before (new weights under a name, a default factory or store that has moved on,
     codes from before standalone codes and their scaling), for the spec and what it means now,
     so the old index is neither reused nor in the way."""
     out = corpus_dir / label
@@ -303,6 +304,8 @@ def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: st
             any(s["index"] and not ann.holds_codes(s["index"]) for s in manifest["shards"])
             or "vector_norm" not in manifest["index"]):  # codes decoded unscaled
         now["codes"] = ann.CODES_FILE
+    if manifest.get("settings", {}).get("store", "float16") != store:  # built with the other store (the default before codes)
+        now["store"] = store
     if recorded_config(manifest["encoder"]) != encoder.config() or now:
         key = encoder.config() if not now else {"encoder": encoder.config(), **now}
         out = corpus_dir / f"{label}-{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]}"

@@ -41,7 +41,7 @@ CODES_FILE = "index.codes"  # a shard's standalone codes (store="codes" over IVF
 def default_factory(n_vectors: int, dim: int, store: str = "float16", code_bytes: int = CODE_BYTES) -> str:
     """Flat for tiny corpora, else IVF + PQ.
 
-    Beside a float16 copy (the default store), PQ codes of dim/4 bytes only
+    Beside a float16 copy (`store="float16"`), PQ codes of dim/4 bytes only
     route stage 1, which stage 2 re-scores exactly: nlist ~ 4 sqrt(N), no
     OPQ rotation, whose training costs minutes (324 s against 46 s for
     IVF4096,PQ96 on SciFact `tokens`, 2 cores). When stage 2 reads the

@@ -121,7 +121,7 @@ class IndexWriter:
         factory: str | None = None,
         backend: str = "faiss",
         bm25: bool = True,
-        store: str = "float16",
+        store: str = IndexSettings.store,
         code_bytes: int = ann.CODE_BYTES,
         inputs: dict[str, Any] | None = None,
         wait: float = 0.0,

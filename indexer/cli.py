@@ -11,7 +11,7 @@ from propdex.encoders.spec import EncoderSpec
 
 from . import ann
 from .build import IndexWriter
-from .settings import STORES
+from .settings import STORES, IndexSettings
 from .readers import FORMATS, fingerprint, read_corpus
 
 log = logging.getLogger("propdex")
@@ -48,9 +48,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard-docs", type=int, default=10_000, help="documents per shard (default 10000)")
     p.add_argument("--factory", help="FAISS factory string (default: Flat for small corpora, else IVF+PQ)")
     p.add_argument("--backend", default="faiss", choices=ann.BACKENDS, help="stage-1 ANN library")
-    p.add_argument("--store", default="float16", choices=STORES,
-                   help="what stage 2 re-scores: float16 (an exact copy of every vector, 2 bytes a dimension) or codes "
-                        "(the ANN index's own codes decoded; without --factory, OPQ + IVF + PQ filling --code-bytes past 50k vectors)")
+    p.add_argument("--store", default=IndexSettings.store, choices=STORES,
+                   help="what stage 2 re-scores: codes (the default: the ANN index's own codes decoded; without --factory, "
+                        "OPQ + IVF + PQ filling --code-bytes past 50k vectors, exact Flat vectors below) or float16 "
+                        "(an exact copy of every vector beside the index, 2 bytes a dimension)")
     p.add_argument("--code-bytes", type=int, default=ann.CODE_BYTES,
                    help=f"with --store codes and no --factory: bytes a vector, all in, the codes fill (default {ann.CODE_BYTES})")
     p.add_argument("--backbone", default=DEFAULT_BACKBONE, help="Hugging Face model name or local directory")

@@ -32,6 +32,7 @@ from propdex.encoders import DEFAULT_BACKBONE, Document, encoder_from_config, lo
 from propdex.encoders.text import split_sentences
 from propdex.indexer.ann import CODE_BYTES
 from propdex.indexer.build import IndexWriter
+from propdex.indexer.settings import IndexSettings
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.readers import Record, Skip, record_from_dict
 from propdex.retriever.searcher import Hit, Level, Searcher, set_threads
@@ -81,7 +82,7 @@ class Index:
         factory: str | None = None,
         backend: str = "faiss",
         bm25: bool = True,
-        store: str = "float16",
+        store: str = IndexSettings.store,
         code_bytes: int = CODE_BYTES,
         **encoder_options: Any,
     ) -> "Index":

@@ -123,7 +123,8 @@ def test_cached_index_whose_spec_changed_meaning_is_neither_reused_nor_in_the_wa
 
 def test_cached_codes_index_built_by_an_old_default_or_layout_is_neither_reused_nor_in_the_way(tmp_path, tiny):
     """A `store=codes` index from an older codes rule (another default factory)
-    or layout (FAISS index files, 8-byte ids) is not what the spec builds now."""
+    or layout (FAISS index files, 8-byte ids), or built with the other store,
+    is not what the spec builds now."""
     import json
 
     from propdex.encoders import load_encoder
@@ -138,6 +139,7 @@ def test_cached_codes_index_built_by_an_old_default_or_layout_is_neither_reused_
         (tmp_path / "codes").mkdir(exist_ok=True)
         (tmp_path / "codes" / "manifest.json").write_text(json.dumps({
             "format": "propdex-index", "version": 2, "status": "complete", "encoder": encoder.config(), "counts": {"vectors": n},
+            "settings": {"store": "codes"},
             "index": {"backend": "faiss", "factory": factory, "vector_norm": 1.0}, "shards": [{"name": "shard-00000", "index": index_file}]}))
 
     cached(now, ann.CODES_FILE)
@@ -150,7 +152,10 @@ def test_cached_codes_index_built_by_an_old_default_or_layout_is_neither_reused_
     cached(now, "index.faiss")  # today's factory in yesterday's layout
     old_layout = cached_index_dir(tmp_path, "codes", encoder, "codes")
     assert old_layout.name.startswith("codes-") and old_layout != old_rule
-    assert cached_index_dir(tmp_path, "codes", encoder, "float16", factory=now) == tmp_path / "codes"  # float16 keeps FAISS files
+    # A float16 spec is never answered by a codes index (float16 was the default store before codes).
+    cached(now, ann.CODES_FILE)
+    other_store = cached_index_dir(tmp_path, "codes", encoder, "float16", factory=now)
+    assert other_store.name.startswith("codes-") and other_store not in (old_rule, old_layout)
 
 
 def test_beir_metrics_score_the_ranking_in_the_order_returned():

@@ -148,7 +148,7 @@ def test_flat_and_hnsw_codes_are_the_vectors_and_a_living_index_keeps_working(tm
 
 def test_a_truncated_vector_file_is_caught_at_load(tmp_path, tiny):
     encoder = load_encoder("single", backbone=tiny)
-    IndexWriter(tmp_path / "ix", encoder, bm25=False).build(_docs(10))
+    IndexWriter(tmp_path / "ix", encoder, bm25=False, store="float16").build(_docs(10))
     file = tmp_path / "ix" / "shard-00000" / VECTORS
     file.write_bytes(file.read_bytes()[:-64])
     with pytest.raises(ValueError, match="damaged"):
