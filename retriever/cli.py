@@ -19,7 +19,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-k", type=int, default=10, help="number of results (default 10)")
     p.add_argument("--level", default="doc", choices=LEVELS)
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--nprobe", type=int, help="IVF lists probed per query vector (default: a quarter of the lists, 128 to 512, for a one-vector query; 1/256 of them, 4 to 16, for each vector of a multi-vector one)")
+    p.add_argument("--nprobe", type=int, help="IVF lists probed per query vector (default: 512, or all the lists of a smaller index, for a one-vector query; 1/256 of them, 4 to 16, for each vector of a multi-vector one)")
     p.add_argument("--candidates", type=int, help="ANN hits per query vector and shard")
     p.add_argument("--rerank", type=int, help="stage 1's best documents re-scored exactly and ranked first (default: 32 for a multi-vector query, 64 for one vector); up to 2k are re-scored, the rest ranked after them")
     mode = p.add_mutually_exclusive_group()

@@ -580,15 +580,16 @@ def default_nprobe(query_vectors: int, lists: int = 4096) -> int:
     defaults"), and so do 4 of the 1,024 larger lists of the codes store,
     on SciFact and HotpotQA-600 ("Standalone codes"). So a query vector
     probes 1/256 of the lists, at least 4 and never more than the 16
-    measured. A one-vector query probes a quarter of the lists, 128 to
-    512: beside its passage, a proposition's vector lies with its
-    passage's, and on SciFact's train queries (IVF2048, 1,000 hits) 512
-    lists scored 0.49 nDCG@10 over 128 for
-    `proposition:context=passage:beside=1`, 0.07 for `proposition:beside=1`
-    ("One-vector queries over many vectors a document")."""
+    measured. A one-vector query probes 512 lists, or all of a smaller
+    index's: beside its passage, a proposition's vector lies with its
+    passage's, and on SciFact's train queries 512 lists scored over 128
+    for `proposition:context=passage:beside=1` by 0.49 nDCG@10 of IVF2048
+    beside a float16 copy ("One-vector queries over many vectors a
+    document") and by 0.29 of the codes store's IVF512 ("Codes, the
+    default store")."""
     if query_vectors > 1:
         return min(16, max(4, lists // 256))
-    return max(128, min(lists // 4, 512))
+    return min(512, max(lists, 128))
 
 
 def default_candidates(k: int, query_vectors: int, rerank: int, vectors_per_doc: float) -> int:
