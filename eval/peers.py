@@ -45,6 +45,7 @@ from propdex.encoders import encoder_from_config
 from propdex.indexer import ann
 from propdex.indexer.build import peak_rss_mb
 from propdex.indexer.manifest import read_manifest
+from propdex.indexer.settings import store_of
 from propdex.indexer.store import ShardStore, read_deleted
 from propdex.retriever import Searcher
 from propdex.retriever.scoring import top_k
@@ -74,7 +75,7 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
 
     `also`: more propdex indexes of the same corpus (another store or
     factory), each a system named by its settings, `propdex:store=codes:factory=...`."""
-    if read_manifest(index)["settings"].get("store", "float16") != "float16":
+    if store_of(read_manifest(index)) != "float16":
         raise ValueError(f"bench --peers: {index} keeps no float16 vectors, and exact MaxSim and the peers are built from them; "
                          f"give an index built with --store float16, and this one with --also")
     skipped = missing_peers(peers)
@@ -85,7 +86,7 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
     result["systems"]["propdex"] = in_child(measure_propdex, **common)
     for other in also:
         m = read_manifest(other)
-        name = f"propdex:store={m['settings'].get('store', 'float16')}:factory={m['index']['factory']}"
+        name = f"propdex:store={store_of(m)}:factory={m['index']['factory']}"
         result["systems"][name] = in_child(measure_propdex, **common | {"index": str(other)})
     result["exact"] = in_child(measure_exact, **common)
     for peer in peers:
@@ -123,7 +124,7 @@ def measure_propdex(index: str, queries: list[tuple[str, str]], qrels: dict[str,
         "bytes_per_vector": all_in_bytes(index, manifest, encoder.dim) / manifest["counts"]["vectors"],
         "build_s": round(manifest["timings"]["train_s"] + manifest["timings"]["add_s"], 3),
         "peak_rss_mb": peak_rss_mb(),
-        "factory": manifest["index"]["factory"], "store": manifest["settings"].get("store", "float16"),
+        "factory": manifest["index"]["factory"], "store": store_of(manifest),
     }
 
 

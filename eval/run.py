@@ -30,7 +30,7 @@ from propdex.encoders.spec import split_spec
 from propdex.indexer import ann
 from propdex.indexer.ann import CODE_BYTES
 from propdex.indexer.build import IndexWriter
-from propdex.indexer.settings import IndexSettings
+from propdex.indexer.settings import IndexSettings, store_of
 from propdex.indexer.lexical import BM25, document_text
 from propdex.indexer.manifest import library_versions, read_manifest
 from propdex.retriever import Searcher
@@ -253,7 +253,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
         "float32_bytes_per_vector": 4 * encoder.dim,
         "store_bytes_per_vector": store_bytes / max(counts["vectors"], 1),
         "all_in_bytes_per_vector": all_in / max(counts["vectors"], 1),
-        "store": manifest["settings"].get("store", "float16"),
+        "store": store_of(manifest),
         "encode_s": manifest["timings"]["encode_s"],
         "encode_shared": shared,
         "index_s": round(manifest["timings"]["train_s"] + manifest["timings"]["add_s"], 3),
@@ -304,7 +304,7 @@ def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: st
             any(s["index"] and not ann.holds_codes(s["index"]) for s in manifest["shards"])
             or "vector_norm" not in manifest["index"]):  # codes decoded unscaled
         now["codes"] = ann.CODES_FILE
-    if manifest.get("settings", {}).get("store", "float16") != store:  # built with the other store (the default before codes)
+    if store_of(manifest) != store:  # built with the other store (the default before codes)
         now["store"] = store
     if recorded_config(manifest["encoder"]) != encoder.config() or now:
         key = encoder.config() if not now else {"encoder": encoder.config(), **now}

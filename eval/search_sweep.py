@@ -37,6 +37,7 @@ def parse_setting(text: str) -> dict[str, int]:
 def sweep(task_name: str, path: str, index: Path, settings: list[str], threads: int, split: str = "test") -> dict[str, Any]:
     from propdex.encoders import encoder_from_config
     from propdex.indexer.manifest import read_manifest
+    from propdex.indexer.settings import store_of
     from propdex.retriever import Searcher
 
     from .metrics import beir_metrics, hotpotqa_metrics
@@ -59,7 +60,7 @@ def sweep(task_name: str, path: str, index: Path, settings: list[str], threads: 
             rows[setting] = {k: round(100 * v, 2) for k, v in quality.items()} | latency(times)
             print(setting, json.dumps(rows[setting]), flush=True)
     return {"task": task.name, "index": str(index), "factory": manifest["index"]["factory"],
-            "store": manifest["settings"].get("store", "float16"), "threads": threads, "split": split, "queries": len(task.queries), "settings": rows}
+            "store": store_of(manifest), "threads": threads, "split": split, "queries": len(task.queries), "settings": rows}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -56,7 +56,7 @@ from propdex.encoders import Document, Encoded, Passage, recorded_config
 from . import ann, lexical
 from .manifest import FORMAT, FORMAT_VERSION, library_versions, read_manifest, sha256_file, write_manifest
 from .readers import Record, Skip
-from .settings import IndexSettings
+from .settings import IndexSettings, store_of
 from .store import LMDB_DIR, VECTORS, RowWriter, ShardStore, ShardWriter, read_deleted, write_deleted
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ class IndexWriter:
             manifest = read_manifest(self.out)
             # Options an older index predates, at the values it was built with.
             manifest["encoder"] = recorded_config(manifest["encoder"])
-            manifest["settings"].setdefault("store", "float16")
+            manifest["settings"]["store"] = store_of(manifest)
             manifest["settings"].setdefault("code_bytes", ann.CODE_BYTES)
             # BM25 is a companion, not part of what the vectors are: a run
             # with bm25 on completes an index that lacks it, one with it off

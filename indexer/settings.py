@@ -7,6 +7,7 @@ manifest records (`settings`); a resumed build must be given the same.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,12 @@ from . import ann
 #   HotpotQA-600, where the float16 copy costs 880 (eval/RESULTS.md, "A
 #   page that never changes with k"); under 50k vectors both are exact.
 STORES = ("float16", "codes")
+
+
+def store_of(manifest: Mapping[str, Any]) -> str:
+    """The store an index was built with: what its manifest records, or,
+    for an index from before the setting, the float16 copy it kept."""
+    return manifest.get("settings", {}).get("store", "float16")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 from propdex.encoders import RUNTIMES
 from propdex.indexer import integrity
 from propdex.indexer.manifest import read_manifest
+from propdex.indexer.settings import store_of
 
 from .searcher import LEVELS, Searcher
 
@@ -117,7 +118,7 @@ def summary(path: Path) -> dict:
         "encoder": m["encoder"],
         "backbone": m["backbone"],
         "index": m["index"],
-        "store": m["settings"].get("store", "float16"),  # what stage 2 re-scores: a float16 copy, or the index's codes
+        "store": store_of(m),  # what stage 2 re-scores: a float16 copy, or the index's codes
         "bm25": {k: v for k, v in (m.get("lexical") or {}).items() if k != "files"} or None,
         "counts": m.get("counts", {}),
         "skipped": m.get("skipped", {}),

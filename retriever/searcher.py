@@ -469,7 +469,6 @@ class Searcher:
         its first `first` documents (once `exclude` is out) rank ahead of the
         rest, each group best first: a page is the same whatever k."""
         m = len(q)
-        place = {key: i for i, key in enumerate(chosen.tolist())}
         by_shard: dict[int, list[int]] = {}
         for key in chosen.tolist():
             by_shard.setdefault(key >> 32, []).append(key & 0xFFFFFFFF)
@@ -499,6 +498,7 @@ class Searcher:
         for c in out:
             c.score = scoring.maxsim(c.sim)
         if first is not None and len(out) > first:
+            place = {key: i for i, key in enumerate(chosen.tolist())}
             out.sort(key=lambda c: place[(c.shard << 32) | c.ordinal])
             for c in out[first:]:
                 c.tier = 1
