@@ -19,6 +19,9 @@
    indexes over the first `--scale-sizes` documents of `--scale-corpus`,
    per encoder: docs/s, build seconds, peak RSS, bytes, p50; a plot, and
    the cost projected to `--project` documents.
+8. `--sections encode` (eval.scale, for a GPU: never by default): each
+   `--scale-encoders` encoder's docs/s alone over the same documents, on
+   `--device`, with no index built (it needs no FAISS).
 """
 from __future__ import annotations
 
@@ -203,6 +206,7 @@ def add_commands(sub) -> None:
     p.add_argument("--scale-queries", type=Path, default=Path("../shared/data/hotpotqa/hotpot_dev_distractor_600.json"),
                    help="HotpotQA file whose first --queries questions time the scale curve's searches")
     p.add_argument("--project", type=int, default=6_500_000, help="documents to project the scale curve's costs to")
+    p.add_argument("--device", default="auto", help="where the encode section runs (the other sections measure the CPU)")
     p.add_argument("--peers", help=f"side by side on the corpus's test queries: propdex, exact MaxSim and these peers "
                                    f"({', '.join(PEERS)}; '' for none; a peer not installed is skipped with a message)")
     p.add_argument("--threads", type=int, help="threads for every system side by side (default: one per core)")
@@ -214,7 +218,7 @@ def add_commands(sub) -> None:
 
 
 DEFAULT_SECTIONS = ("search", "size", "throughput", "runtimes")
-SECTIONS = (*DEFAULT_SECTIONS, "scale")
+SECTIONS = (*DEFAULT_SECTIONS, "scale", "encode")
 
 
 def _run(args) -> int:
@@ -228,19 +232,19 @@ def _run(args) -> int:
     peers = None if args.peers is None else [p for p in args.peers.split(",") if p]
     if peers is not None:
         missing_peers(peers)  # an unknown name fails before any work
-    backbone = Backbone.load(device="cpu")
+    backbone = Backbone.load(device="cpu") if set(sections) - {"encode", "scale"} or peers is not None else None
     index = args.index
     if index is None and ({"search", "size"} & set(sections) or peers is not None):
         index = args.work / f"{args.corpus.name}-tokens"
         encoder = load_encoder("tokens", backbone=backbone)
         # float16: exact MaxSim and the peers are built from the index's own vectors.
         IndexWriter(index, encoder, store="float16", inputs={"paths": [str(args.corpus.resolve())]}).build(read_corpus([args.corpus]))
-    queries = list(beir_queries(args.corpus / "queries.jsonl").values())[: args.queries]
     result: dict[str, Any] = {
         "command": "propdex " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "versions": run_versions(), "cpu_threads": torch.get_num_threads(),
     }
     if "search" in sections:
+        queries = list(beir_queries(args.corpus / "queries.jsonl").values())[: args.queries]
         result["search"] = latency_and_recall(index, queries, backbone, args.recall_queries)
     if "size" in sections:
         result["size"] = sizes(index)
@@ -256,6 +260,9 @@ def _run(args) -> int:
         result["scale"] = curve | {"projected": scale.project(curve["points"], args.project)}
         if args.out:
             scale.plot(curve, args.out.with_suffix(".png"))
+    if "encode" in sections:
+        result["encode"] = scale.encode_rates(args.scale_corpus, [int(n) for n in args.scale_sizes.split(",") if n],
+                                              [e for e in args.scale_encoders.split(",") if e], args.device)
     if peers is not None:
         task = load_beir(args.corpus)
         result |= side_by_side(index, [(q.id, q.text) for q in task.queries], task.qrels, peers,

@@ -45,6 +45,46 @@ def scale_curve(corpus: Path, sizes: list[int], encoders: list[str], queries: li
     return {"corpus": str(corpus), "queries": len(queries), "threads": threads, "points": points}
 
 
+def encode_rates(corpus: Path, sizes: list[int], encoders: list[str], device: str = "auto") -> dict[str, Any]:
+    """Each encoder's docs/s alone, over the first `n` documents of `corpus`
+    for each n, on `device`: cutting passages, tokenising, the forward pass
+    and pooling, as `propdex index` does them, but no index. This is the
+    part of a build that a GPU takes over (the FAISS training and adds stay
+    on the CPU, and the scale curve measures them), so it is what projects a
+    GPU build. One warm-up batch per encoder runs first, untimed."""
+    import time
+    from itertools import islice
+
+    import torch
+
+    from propdex.encoders import load_encoder
+    from propdex.encoders.backbone import Backbone
+    from propdex.encoders.provenance import hardware
+    from propdex.encoders.units import Document
+    from propdex.indexer.readers import read_corpus
+
+    backbone = Backbone.load(device=device)
+    docs = list(islice((r for r in read_corpus([corpus]) if isinstance(r, Document)), max(sizes)))
+    points = []
+    for name in encoders:
+        encoder = load_encoder(name, backbone=backbone)
+        encoder.encode([p for d in docs[:4] for p in encoder.passages(d)])
+        for n in sorted(sizes):
+            if backbone.device.type == "cuda":
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            passages = [p for d in docs[:n] for p in encoder.passages(d)]
+            encoded = encoder.encode(passages, progress=True)
+            seconds = time.perf_counter() - started  # the vectors are on the CPU already: the device is done
+            point = {"encoder": name, "batch_size": encoder.batch_size, "documents": len(docs[:n]), "passages": len(passages),
+                     "vectors": sum(len(e.units) for e in encoded), "encode_s": round(seconds, 2),
+                     "encode_docs_per_s": round(len(docs[:n]) / seconds, 1)}
+            log.info("encode: %s", point)
+            points.append(point)
+    return {"corpus": str(corpus), "device": hardware(),
+            "dtype": str(next(backbone.model.parameters()).dtype), "points": points}
+
+
 def _committed(index: Path) -> bool:
     try:
         return read_manifest(index).get("status") == "complete"

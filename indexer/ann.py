@@ -14,10 +14,29 @@ from typing import Any
 import numpy as np
 import torch
 
+_NO_FAISS = "propdex needs FAISS: pip install 'propdex[cpu]' (or 'propdex[gpu]' on a CUDA machine)"
+
+
+class _NoFaiss:
+    """Stands in for the module where FAISS is missing, so that what needs no
+    index (`propdex train`, the bench's encode section) runs there too, and
+    the first use of an index says what to install."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise ImportError(_NO_FAISS)
+
+
 try:
     import faiss
 except ImportError:  # faiss is an extra, so that GPU machines get one FAISS build, not two
-    raise ImportError("propdex needs FAISS: pip install 'propdex[cpu]' (or 'propdex[gpu]' on a CUDA machine)") from None
+    faiss = _NoFaiss()
+
+
+def require_faiss() -> None:
+    """Fail before any work where FAISS is missing (a writer would encode first)."""
+    if isinstance(faiss, _NoFaiss):
+        raise ImportError(_NO_FAISS)
+
 
 log = logging.getLogger(__name__)
 

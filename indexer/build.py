@@ -132,6 +132,8 @@ class IndexWriter:
         `delete` and `compact` leave the recorded inputs alone."""
         settings = IndexSettings(shard_docs, factory, backend, bm25, store, code_bytes)
         settings.check_factory(encoder.dim)
+        if backend == "faiss" or store == "codes":
+            ann.require_faiss()
         self.out = Path(out)
         self.encoder = encoder
         self.settings = settings.to_json()

@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         return args.run(args)
-    except (ValueError, FileNotFoundError, NotADirectoryError, PermissionError) as e:
-        # User errors: one line, no traceback.
+    except (ValueError, FileNotFoundError, NotADirectoryError, PermissionError, ImportError) as e:
+        # User errors (a missing extra among them): one line, no traceback.
         print(f"propdex: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `propdex ... | head`: the reader left, nothing to report

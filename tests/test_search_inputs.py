@@ -68,3 +68,17 @@ def test_a_query_that_is_not_utf8_is_refused(pq_index):
     run = subprocess.run([sys.executable, "-m", "propdex", "search", str(path), b"caf\xe9".decode("utf-8", "surrogateescape"), "--device", "cpu"],
                          capture_output=True, text=True)
     assert run.returncode == 2 and "not valid UTF-8" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_without_faiss_training_runs_and_indexing_says_what_to_install(tmp_path):
+    """A GPU box that only trains needs no FAISS; a build there fails before
+    it encodes anything, with the install hint, and leaves nothing behind."""
+    no_faiss = "import sys; sys.modules['faiss'] = None; from propdex.cli import main; sys.exit(main(sys.argv[1:]))"
+    help_ = subprocess.run([sys.executable, "-c", no_faiss, "train", "proposition", "--help"], capture_output=True, text=True)
+    assert help_.returncode == 0 and "--device" in help_.stdout
+    corpus = tmp_path / "notes.jsonl"
+    corpus.write_text(json.dumps({"_id": "a", "title": "A", "text": "Some words about a thing."}) + "\n")
+    build = subprocess.run([sys.executable, "-c", no_faiss, "index", str(corpus), "--out", str(tmp_path / "ix"), "--device", "cpu"],
+                           capture_output=True, text=True)
+    assert build.returncode == 2 and "pip install 'propdex[cpu]'" in build.stderr and "Traceback" not in build.stderr
+    assert not (tmp_path / "ix").exists()

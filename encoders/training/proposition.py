@@ -314,8 +314,9 @@ def train_proposition(
     if not train_query:
         head.query.requires_grad_(False)
     opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=lr, weight_decay=0.01)
-    features = torch.from_numpy(tr.features.astype(np.float32))
-    teacher = target(tr, bb.dim, sentence_weight)
+    # On a GPU the whole set fits beside the head (500k propositions: 5.4 GB), so a batch is a gather there.
+    features = torch.from_numpy(tr.features.astype(np.float32)).to(bb.device)
+    teacher = target(tr, bb.dim, sentence_weight).to(bb.device)
     va.teacher = target(va, bb.dim, sentence_weight).numpy()
     rng = random.Random(seed)
     name, metric = (("heldout_p1", lambda: heldout_p1(head.eval(), va, bb.device, prefix)) if select == "p1"
@@ -328,8 +329,8 @@ def train_proposition(
         total = 0.0
         parts = batches(tr, batch, rng)
         for idx in parts:
-            x = features[idx].to(bb.device)
-            full = teacher[idx].to(bb.device)
+            idx = torch.from_numpy(idx).to(bb.device)
+            x, full = features[idx], teacher[idx]
             t = head.embed(full)
             z = head(x)
             loss = distillation(z, t, tau, nce_weight, nce_both)
