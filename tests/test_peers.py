@@ -107,16 +107,40 @@ def test_the_exact_scan_is_maxsim_over_every_document_in_any_grouping(tmp_path):
         store.close()
 
 
-def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs(tmp_path):
-    articles = [("Ada Lovelace", "Ada Lovelace wrote the first program for the Analytical Engine."),
-                ("Alan Turing", "Alan Turing proposed the Turing machine in 1936."),
-                ("Anarchism", "Anarchism is a political philosophy that rejects hierarchy."),
-                ("Aristotle", "Aristotle was a Greek philosopher, a student of Plato."),
-                ("Athens", "Athens is the capital of Greece.")]
+ARTICLES = [("Ada Lovelace", "Ada Lovelace wrote the first program for the Analytical Engine."),
+            ("Alan Turing", "Alan Turing proposed the Turing machine in 1936."),
+            ("Anarchism", "Anarchism is a political philosophy that rejects hierarchy."),
+            ("Aristotle", "Aristotle was a Greek philosopher, a student of Plato."),
+            ("Athens", "Athens is the capital of Greece.")]
+
+
+def _extracted(tmp_path):
+    """A WikiExtractor folder of the five ARTICLES."""
     corpus = tmp_path / "extracted" / "AA"
     corpus.mkdir(parents=True)
     (corpus / "wiki_00").write_text("".join(f'<doc id="{i}" url="u{i}" title="{t}">\n{t}\n\n{body}\n</doc>\n'
-                                            for i, (t, body) in enumerate(articles, 1)))
+                                            for i, (t, body) in enumerate(ARTICLES, 1)))
+    return tmp_path / "extracted"
+
+
+def test_encode_section_times_each_encoder_over_each_prefix_and_builds_nothing(tmp_path):
+    out, work = tmp_path / "encode.json", tmp_path / "work"
+    # No BEIR corpus and no index: the section reads only --scale-corpus.
+    assert main(["bench", "--sections", "encode", "--corpus", str(tmp_path / "none"), "--scale-corpus", str(_extracted(tmp_path)),
+                 "--scale-sizes", "4,2", "--scale-encoders", "single,tokens", "--device", "cpu", "--work", str(work), "--out", str(out)]) == 0
+    encode = json.loads(out.read_text())["encode"]
+    assert [(p["encoder"], p["documents"]) for p in encode["points"]] == [("single", 2), ("single", 4), ("tokens", 2), ("tokens", 4)]
+    single, tokens = encode["points"][1], encode["points"][3]
+    assert single["vectors"] == single["passages"] == 4  # one short article, one passage, one vector
+    assert tokens["vectors"] > 4 * 5 and tokens["passages"] == 4
+    assert all(p["encode_docs_per_s"] > 0 for p in encode["points"])
+    assert encode["device"].startswith("CPU") and encode["dtype"] == "torch.float32"
+    assert not work.exists()
+
+
+def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs(tmp_path):
+    articles = ARTICLES
+    _extracted(tmp_path)
     out, work = tmp_path / "scale.json", tmp_path / "work"
     args = ["bench", "--sections", "scale", "--scale-corpus", str(tmp_path / "extracted"), "--scale-sizes", "4,2",
             "--scale-encoders", "single", "--queries", "3", "--threads", "1", "--project", "4000", "--work", str(work),
