@@ -58,7 +58,7 @@ def throughput(corpus: Path, n_docs: int, backbone: "Backbone", encoder_name: st
     import torch
 
     encoder = load_encoder(encoder_name, backbone=backbone)
-    docs = _docs(corpus, n_docs)
+    docs = scale.first_documents(corpus, n_docs)
     passages = [p for d in docs for p in encoder.passages(d)]
     texts = sorted((p.text for p in passages), key=len)
     batches = [texts[i : i + encoder.batch_size] for i in range(0, len(texts), encoder.batch_size)]
@@ -140,16 +140,6 @@ def latency_and_recall(index: Path, queries: list[str], backbone: "Backbone", re
     }
 
 
-def _docs(corpus: Path, n_docs: int) -> list:
-    docs = []
-    for record in read_corpus([corpus]):
-        if hasattr(record, "text"):
-            docs.append(record)
-            if len(docs) == n_docs:
-                break
-    return docs
-
-
 def runtimes(corpus: Path, n_docs: int, names: list[str], repeats: int = 3, encoder_name: str = "single") -> dict[str, Any]:
     """Indexing docs/s of each runtime over the same documents, and its
     vectors' cosine to eager torch's. The runtimes take turns, `repeats`
@@ -158,7 +148,7 @@ def runtimes(corpus: Path, n_docs: int, names: list[str], repeats: int = 3, enco
     alternating spreads that drift over all of them alike."""
     from propdex.encoders.backbone import Backbone
 
-    docs = _docs(corpus, n_docs)
+    docs = scale.first_documents(corpus, n_docs)
     names = ["torch", *[n for n in names if n != "torch"]]
     encoders = {}
     for name in names:

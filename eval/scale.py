@@ -53,32 +53,30 @@ def encode_rates(corpus: Path, sizes: list[int], encoders: list[str], device: st
     on the CPU, and the scale curve measures them), so it is what projects a
     GPU build. One warm-up batch per encoder runs first, untimed."""
     import time
-    from itertools import islice
 
     import torch
 
     from propdex.encoders import load_encoder
     from propdex.encoders.backbone import Backbone
     from propdex.encoders.provenance import hardware
-    from propdex.encoders.units import Document
-    from propdex.indexer.readers import read_corpus
 
     backbone = Backbone.load(device=device)
-    docs = list(islice((r for r in read_corpus([corpus]) if isinstance(r, Document)), max(sizes)))
+    docs = first_documents(corpus, max(sizes))
     points = []
     for name in encoders:
         encoder = load_encoder(name, backbone=backbone)
         encoder.encode([p for d in docs[:4] for p in encoder.passages(d)])
         for n in sorted(sizes):
+            prefix = docs[:n]
             if backbone.device.type == "cuda":
                 torch.cuda.synchronize()
             started = time.perf_counter()
-            passages = [p for d in docs[:n] for p in encoder.passages(d)]
+            passages = [p for d in prefix for p in encoder.passages(d)]
             encoded = encoder.encode(passages, progress=True)
             seconds = time.perf_counter() - started  # the vectors are on the CPU already: the device is done
-            point = {"encoder": name, "batch_size": encoder.batch_size, "documents": len(docs[:n]), "passages": len(passages),
+            point = {"encoder": name, "batch_size": encoder.batch_size, "documents": len(prefix), "passages": len(passages),
                      "vectors": sum(len(e.units) for e in encoded), "encode_s": round(seconds, 2),
-                     "encode_docs_per_s": round(len(docs[:n]) / seconds, 1)}
+                     "encode_docs_per_s": round(len(prefix) / seconds, 1)}
             log.info("encode: %s", point)
             points.append(point)
     return {"corpus": str(corpus), "device": hardware(),
@@ -92,16 +90,20 @@ def _committed(index: Path) -> bool:
         return False
 
 
-def _text_bytes(corpus: Path, n: int) -> int:
-    """UTF-8 bytes of the first `n` documents' titles and texts: what
-    per-document costs hide when a corpus's documents differ in length."""
+def first_documents(corpus: Path, n: int) -> list:
+    """The first `n` documents `propdex index --limit n` reads (skips left out)."""
     from itertools import islice
 
     from propdex.encoders.units import Document
     from propdex.indexer.readers import read_corpus
 
-    docs = islice((r for r in read_corpus([corpus]) if isinstance(r, Document)), n)
-    return sum(len(d.title.encode()) + len(d.text.encode()) for d in docs)
+    return list(islice((r for r in read_corpus([corpus]) if isinstance(r, Document)), n))
+
+
+def _text_bytes(corpus: Path, n: int) -> int:
+    """UTF-8 bytes of the first `n` documents' titles and texts: what
+    per-document costs hide when a corpus's documents differ in length."""
+    return sum(len(d.title.encode()) + len(d.text.encode()) for d in first_documents(corpus, n))
 
 
 def _build_figures(index: Path) -> dict[str, Any]:
