@@ -138,7 +138,10 @@ def test_encode_section_times_each_encoder_over_each_prefix_and_builds_nothing(t
     assert not work.exists()
 
 
-def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs(tmp_path):
+def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs(tmp_path, monkeypatch):
+    from propdex.eval import scale
+
+    monkeypatch.setattr(scale, "SCALE_SHARD_DOCS", 3)  # a point commits a shard at a time: a killed bench keeps them
     articles = ARTICLES
     _extracted(tmp_path)
     out, work = tmp_path / "scale.json", tmp_path / "work"
@@ -159,6 +162,8 @@ def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs
     assert big["text_bytes"] == pytest.approx(text, rel=0.1) and scale["points"][0]["text_bytes"] < big["text_bytes"]
     assert projected["per_text_gb"]["vectors"] == round(big["vectors"] * 1e9 / big["text_bytes"])
     assert out.with_suffix(".png").stat().st_size > 1000
+    shards = {n: [s["docs"] for s in json.loads((work / "scale" / f"single-{n}" / "manifest.json").read_text())["shards"]] for n in (2, 4)}
+    assert shards == {2: [2], 4: [3, 1]}
     # A second run measures the committed indexes again and builds nothing.
     manifest = work / "scale" / "single-4" / "manifest.json"
     before = manifest.stat().st_mtime_ns
