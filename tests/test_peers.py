@@ -139,9 +139,9 @@ def test_encode_section_times_each_encoder_over_each_prefix_and_builds_nothing(t
 
 
 def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs(tmp_path, monkeypatch):
-    from propdex.eval import scale
+    from propdex.eval import scale as scale_module
 
-    monkeypatch.setattr(scale, "SCALE_SHARD_DOCS", 3)  # a point commits a shard at a time: a killed bench keeps them
+    monkeypatch.setattr(scale_module, "SCALE_SHARD_DOCS", 3)  # a point commits a shard at a time: a killed bench keeps them
     articles = ARTICLES
     _extracted(tmp_path)
     out, work = tmp_path / "scale.json", tmp_path / "work"
