@@ -12,7 +12,8 @@
    whole `single` indexing pipeline on the same documents, each against
    eager torch, and how far each runtime's vectors are from torch's.
 6. With `--peers` (eval.peers): propdex, exact MaxSim and each peer
-   (colbert-plaid) on the same token vectors, queries and threads:
+   (colbert-plaid; fast-plaid in its own environment, on --device) on the
+   same token vectors, queries and threads:
    nDCG@10, bytes per vector all in, p50/p95, build seconds, peak RSS;
    `--also` adds other propdex indexes of the corpus (another store or factory).
 7. `--sections scale` (eval.scale, hours on a CPU: never by default):
@@ -196,9 +197,11 @@ def add_commands(sub) -> None:
     p.add_argument("--scale-queries", type=Path, default=Path("../shared/data/hotpotqa/hotpot_dev_distractor_600.json"),
                    help="HotpotQA file whose first --queries questions time the scale curve's searches")
     p.add_argument("--project", type=int, default=6_500_000, help="documents to project the scale curve's costs to")
-    p.add_argument("--device", default="auto", help="where the encode section runs (the other sections measure the CPU)")
+    p.add_argument("--device", default="auto", help="where the encode section and the fast-plaid peer run (the rest measures the CPU)")
     p.add_argument("--peers", help=f"side by side on the corpus's test queries: propdex, exact MaxSim and these peers "
                                    f"({', '.join(PEERS)}; '' for none; a peer not installed is skipped with a message)")
+    p.add_argument("--fast-plaid-python", default=sys.executable,
+                   help="the Python of an environment with fast-plaid (it pins torch==2.11.0) (default: this one)")
     p.add_argument("--threads", type=int, help="threads for every system side by side (default: one per core)")
     p.add_argument("--also", type=Path, action="append", default=[],
                    help="with --peers: another propdex index of --corpus measured beside (another --store or --factory); repeatable")
@@ -221,7 +224,7 @@ def _run(args) -> int:
         raise ValueError(f"unknown bench sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
     peers = None if args.peers is None else [p for p in args.peers.split(",") if p]
     if peers is not None:
-        missing_peers(peers)  # an unknown name fails before any work
+        missing_peers(peers, args.fast_plaid_python)  # an unknown name fails before any work
     backbone = Backbone.load(device="cpu") if set(sections) - {"encode", "scale"} or peers is not None else None
     index = args.index
     if index is None and ({"search", "size"} & set(sections) or peers is not None):
@@ -256,7 +259,8 @@ def _run(args) -> int:
     if peers is not None:
         task = load_beir(args.corpus)
         result |= side_by_side(index, [(q.id, q.text) for q in task.queries], task.qrels, peers,
-                               args.threads or torch.get_num_threads(), args.work / "peers", also=args.also)
+                               args.threads or torch.get_num_threads(), args.work / "peers", also=args.also,
+                               fast_plaid_python=args.fast_plaid_python, device=args.device)
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

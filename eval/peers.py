@@ -1,4 +1,4 @@
-"""Side by side with PLAID (`propdex bench --peers colbert-plaid`).
+"""Side by side with PLAID (`propdex bench --peers colbert-plaid,fast-plaid`).
 
 Every system answers the same BEIR queries from the same MiniLM token
 vectors: those of one propdex `tokens` index of the corpus. They run one
@@ -21,6 +21,13 @@ so that its peak resident memory is its own.
   picks for k = 10. Its centroids are the propdex index's IVF centroids,
   unit-normalised as ColBERT's k-means leaves them; only the files are laid
   out here, by colbert's own classes.
+- `fast-plaid`: the GPU peer, fast-plaid 1.7 (PLAID's search in Rust and
+  torch) with its own k-means and residual codec. It pins torch==2.11.0, so
+  it runs in an environment of its own (`--fast-plaid-python`): propdex
+  writes the vectors to .npy files and eval/fast_plaid_peer.py, which needs
+  nothing but numpy, torch and fast_plaid, builds and searches there, on
+  `--device` (a GPU when there is one). Its query time is the same query
+  encoding as the others' plus its search.
 
 Query time includes encoding the query (the same encoder for all); build
 time is indexing from vectors (train + add for propdex; codec, compression
@@ -55,30 +62,52 @@ from .run import all_in_bytes
 
 log = logging.getLogger(__name__)
 
-PEERS = {"colbert-plaid": "colbert"}  # peer -> the module its package installs
+PEERS = {"colbert-plaid": "colbert", "fast-plaid": "fast_plaid"}  # peer -> the module its package installs
 PLAID_NBITS = 2
 PLAID_HELDOUT = 50_000  # colbert holds out min(50k, 5% of its k-means sample) for the residual buckets...
 QUANTILE_MAX = 2**24  # ...and takes their quantiles with torch, which refuses more elements than this
 PLAID_K10 = {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 256}  # colbert Searcher's settings for k <= 10
 
 
-def missing_peers(peers: list[str]) -> dict[str, str]:
+FAST_PLAID = {"k": 10, "nbits": 2, "n_ivf_probe": 8, "n_full_scores": 4096}  # 2 bits as colbert-plaid; fast-plaid's search defaults
+
+
+def missing_peers(peers: list[str], fast_plaid_python: str = sys.executable) -> dict[str, str]:
     """The peers that cannot run here, with the reason (an unknown name is an error)."""
     if unknown := [p for p in peers if p not in PEERS]:
         raise ValueError(f"unknown peers {unknown}; choose from {', '.join(PEERS)}")
-    return {p: f"{PEERS[p]} is not installed (pip install 'propdex[bench]')" for p in peers if importlib.util.find_spec(PEERS[p]) is None}
+    missing = {}
+    for peer in peers:
+        if peer == "fast-plaid":
+            if not importable(fast_plaid_python, PEERS[peer]):
+                missing[peer] = (f"fast_plaid is not importable by {fast_plaid_python} (it pins torch==2.11.0: install it in an "
+                                 f"environment of its own and give that Python as --fast-plaid-python)")
+        elif importlib.util.find_spec(PEERS[peer]) is None:
+            missing[peer] = f"{PEERS[peer]} is not installed (pip install 'propdex[bench]')"
+    return missing
+
+
+def importable(python: str, module: str) -> bool:
+    """Whether the interpreter `python` finds `module` (without importing it)."""
+    try:
+        return subprocess.run([python, "-c", f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"],
+                              capture_output=True).returncode == 0
+    except OSError:  # no such interpreter
+        return False
 
 
 def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], peers: list[str],
-                 threads: int, work: Path, also: list[Path] = ()) -> dict[str, Any]:
+                 threads: int, work: Path, also: list[Path] = (), fast_plaid_python: str = sys.executable,
+                 device: str = "auto") -> dict[str, Any]:
     """{"systems": {"propdex": {...}, peer: {...}}, "exact": {...}, "skipped": {peer: why}, "threads": n}.
 
     `also`: more propdex indexes of the same corpus (another store or
-    factory), each a system named by its settings, `propdex:store=codes:factory=...`."""
+    factory), each a system named by its settings, `propdex:store=codes:factory=...`.
+    `fast_plaid_python`, `device`: the interpreter and device fast-plaid runs on."""
     if store_of(read_manifest(index)) != "float16":
         raise ValueError(f"bench --peers: {index} keeps no float16 vectors, and exact MaxSim and the peers are built from them; "
                          f"give an index built with --store float16, and this one with --also")
-    skipped = missing_peers(peers)
+    skipped = missing_peers(peers, fast_plaid_python)
     for peer, why in skipped.items():
         log.warning("skipping peer %s: %s", peer, why)
     common = {"index": str(index), "queries": queries, "qrels": qrels, "threads": threads}
@@ -90,7 +119,9 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
         result["systems"][name] = in_child(measure_propdex, **common | {"index": str(other)})
     result["exact"] = in_child(measure_exact, **common)
     for peer in peers:
-        if peer not in skipped:
+        if peer == "fast-plaid" and peer not in skipped:
+            result["systems"][peer] = in_child(measure_fast_plaid, **common, out=str(work / peer), python=fast_plaid_python, device=device)
+        elif peer not in skipped:
             result["systems"][peer] = in_child(measure_plaid, **common, out=str(work / peer))
     return result
 
@@ -241,10 +272,8 @@ def build_plaid(index: Path, manifest: dict[str, Any], out: Path) -> list[str]:
     from colbert.infra.config import ColBERTConfig
 
 
-    stores = [ShardStore(index / s["name"]) for s in manifest["shards"]]
+    stores = float16_stores(index, manifest, "the PLAID peer")
     try:
-        if any(s.get("deleted") for s in manifest["shards"]) or not all(st.has_vectors for st in stores):
-            raise ValueError(f"{index}: the PLAID peer reads a float16 store without deletions; compact it, or build with --store float16")
         if manifest["index"].get("trained") is None or "IVF" not in manifest["index"]["factory"]:
             raise ValueError(f"{index}: the PLAID peer takes its centroids from an IVF index, not {manifest['index']['factory']}")
         trained = ann.read_faiss(index / manifest["index"]["trained"])  # held: the IVF view below does not own it
@@ -290,6 +319,19 @@ def build_plaid(index: Path, manifest: dict[str, Any], out: Path) -> list[str]:
             st.close()
 
 
+def float16_stores(index: Path, manifest: dict[str, Any], peer: str) -> list[ShardStore]:
+    """The index's shard stores, open (the caller closes them), if every one
+    keeps its vectors and none has deletions: a peer is built from them all."""
+    if any(s.get("deleted") for s in manifest["shards"]):
+        raise ValueError(f"{index}: {peer} reads every document's vectors and this index has deletions; compact it first")
+    stores = [ShardStore(index / s["name"]) for s in manifest["shards"]]
+    if not all(st.has_vectors for st in stores):
+        for st in stores:
+            st.close()
+        raise ValueError(f"{index}: {peer} reads a float16 store; build the index with --store float16")
+    return stores
+
+
 def _chunks(stores: list, docs: int = 1024):
     """(document ids, their vector counts, their vectors as float32) a chunk of documents at a time, in index order."""
     for store in stores:
@@ -298,6 +340,67 @@ def _chunks(stores: list, docs: int = 1024):
             ordinals = range(start, min(start + docs, len(store)))
             vectors = [v for v, _ in store.vectors(ordinals)]
             yield [by_ordinal[o] for o in ordinals], [len(v) for v in vectors], np.concatenate(vectors).astype(np.float32)
+
+
+def measure_fast_plaid(index: str, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], threads: int,
+                       out: str, python: str, device: str) -> dict[str, Any]:
+    """fast-plaid over the index's vectors, built and searched by eval/fast_plaid_peer.py under `python`."""
+    import shutil
+
+    index, out = Path(index), Path(out)
+    manifest = read_manifest(index)
+    encoder = encoder_from_config(manifest["encoder"], device="cpu")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    doc_ids = write_vectors(index, manifest, out)
+    encode_ms, encoded = [], []
+    encoder.encode_queries([queries[0][1]])  # load pages and kernels once, as timed() does
+    for _, text in queries:
+        started = time.perf_counter()
+        encoded.append(encoder.encode_queries([text])[0].vectors.astype(np.float16))
+        encode_ms.append((time.perf_counter() - started) * 1000)
+    np.save(out / "queries.npy", np.concatenate(encoded))
+    np.save(out / "qlens.npy", np.array([len(q) for q in encoded], np.int64))
+    (out / "settings.json").write_text(json.dumps({"device": device, "threads": threads, **FAST_PLAID}))
+    env = os.environ | {var: str(threads) for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")}
+    done = subprocess.run([python, str(Path(__file__).with_name("fast_plaid_peer.py")), str(out)], env=env)
+    if done.returncode:
+        raise RuntimeError(f"bench: fast-plaid failed under {python} (exit {done.returncode}; its error is above)")
+    peer = json.loads((out / "result.json").read_text())
+    run = {qid: rank_scores(doc_ids[p] for p, _ in hits) for (qid, _), hits in zip(queries, peer["ranked"])}
+    return {
+        **_quality_and_latency(run, qrels, [e + s for e, s in zip(encode_ms, peer["search_ms"])]),
+        "search_p50_ms": latency(peer["search_ms"])["p50_ms"],
+        "bytes_per_vector": peer["index_bytes"] / manifest["counts"]["vectors"],
+        "build_s": peer["build_s"], "peak_rss_mb": peer["peak_rss_mb"],
+        **FAST_PLAID, "device": peer["device"], "dtype": peer["dtype"], "versions": peer["versions"],
+        "centroids": "fast-plaid's own k-means",
+    }
+
+
+def write_vectors(index: Path, manifest: dict[str, Any], out: Path) -> list[str]:
+    """The index's documents' vectors as out/documents.npy (float16, one
+    row a vector) and out/doclens.npy, streamed a chunk at a time. Returns
+    the document id of each row of doclens."""
+    stores = float16_stores(index, manifest, "the fast-plaid peer")
+    try:
+        rows = np.lib.format.open_memmap(out / "documents.npy", mode="w+", dtype=np.float16,
+                                         shape=(manifest["counts"]["vectors"], stores[0].dim))
+        doc_ids, doclens, at = [], [], 0
+        for ids, lengths, vectors in _chunks(stores):
+            rows[at: at + len(vectors)] = vectors
+            at += len(vectors)
+            doc_ids += ids
+            doclens += lengths
+        if at != len(rows):
+            raise ValueError(f"{index}: the manifest counts {len(rows)} vectors, the stores hold {at}")
+        rows.flush()
+        del rows
+        np.save(out / "doclens.npy", np.array(doclens, np.int64))
+        return doc_ids
+    finally:
+        for st in stores:
+            st.close()
 
 
 # --------------------------------------------------------------------------

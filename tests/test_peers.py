@@ -1,6 +1,7 @@
 """`propdex bench --peers`: propdex, exact MaxSim and PLAID side by side on real SciFact vectors."""
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -33,11 +34,14 @@ def test_bench_side_by_side_skips_a_peer_that_is_not_installed(tmp_path, monkeyp
     corpus = tiny_beir(tmp_path / "beir", 40)
     out, codes = tmp_path / "bench.json", tmp_path / "codes"
     assert main(["-q", "index", str(corpus), "--encoder", "tokens", "--store", "codes", "--out", str(codes)]) == 0
-    assert main(["bench", "--corpus", str(corpus), "--sections", "", "--peers", "colbert-plaid", "--threads", "1",
-                 "--work", str(tmp_path / "work"), "--also", str(codes), "--out", str(out)]) == 0
+    nowhere = str(tmp_path / "no-env" / "bin" / "python")
+    assert main(["bench", "--corpus", str(corpus), "--sections", "", "--peers", "colbert-plaid,fast-plaid", "--threads", "1",
+                 "--fast-plaid-python", nowhere, "--work", str(tmp_path / "work"), "--also", str(codes), "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert "skipping peer colbert-plaid: colbert is not installed" in caplog.text
-    assert result["skipped"] == {"colbert-plaid": "colbert is not installed (pip install 'propdex[bench]')"}
+    assert f"skipping peer fast-plaid: fast_plaid is not importable by {nowhere}" in caplog.text
+    assert result["skipped"]["colbert-plaid"] == "colbert is not installed (pip install 'propdex[bench]')"
+    assert "--fast-plaid-python" in result["skipped"]["fast-plaid"]
     assert set(result["systems"]) == {"propdex", "propdex:store=codes:factory=Flat"} and result["threads"] == 1
     for entry in (result["systems"]["propdex"], result["exact"]):
         assert set(entry) >= {"nDCG@10", "bytes_per_vector", "p50_ms", "p95_ms", "build_s", "peak_rss_mb"}
@@ -57,7 +61,7 @@ def test_bench_side_by_side_skips_a_peer_that_is_not_installed(tmp_path, monkeyp
 
 def test_an_unknown_peer_is_refused_before_any_work(tmp_path, capsys):
     assert main(["bench", "--corpus", str(tmp_path), "--sections", "", "--peers", "faiss-magic", "--work", str(tmp_path)]) == 2
-    assert "unknown peers ['faiss-magic']; choose from colbert-plaid" in capsys.readouterr().err
+    assert "unknown peers ['faiss-magic']; choose from colbert-plaid, fast-plaid" in capsys.readouterr().err
 
 
 def test_plaid_peer_is_built_from_our_vectors_and_ranks_like_exact_maxsim(tmp_path, minilm):
@@ -78,6 +82,35 @@ def test_plaid_peer_is_built_from_our_vectors_and_ranks_like_exact_maxsim(tmp_pa
     # 2-bit residuals at 384 dims: 96 bytes a vector, its centroid id 4 more, then the IVF and doclens.
     assert 100 < plaid["bytes_per_vector"] < 130
     assert plaid["nDCG@10"] >= exact["nDCG@10"] - 0.1
+
+
+FAST_PLAID_PYTHON = os.environ.get("PROPDEX_FAST_PLAID_PYTHON")
+
+
+@pytest.mark.skipif(not FAST_PLAID_PYTHON, reason="fast-plaid pins torch==2.11.0: set PROPDEX_FAST_PLAID_PYTHON to a Python that has it")
+def test_fast_plaid_peer_is_built_in_its_own_environment_from_our_vectors(tmp_path, minilm):
+    from propdex.encoders import load_encoder
+    from propdex.eval.datasets import load_beir
+    from propdex.eval.peers import measure_exact, measure_fast_plaid
+    from propdex.indexer.build import IndexWriter
+    from propdex.indexer.readers import read_corpus
+
+    corpus = tiny_beir(tmp_path / "beir", 60)
+    index = tmp_path / "ix"
+    IndexWriter(index, load_encoder("tokens", backbone=minilm), store="float16").build(read_corpus([corpus]))
+    task = load_beir(corpus)
+    queries = [(q.id, q.text) for q in task.queries]
+    peer = measure_fast_plaid(str(index), queries, task.qrels, 1, str(tmp_path / "fp"), FAST_PLAID_PYTHON, "cpu")
+    exact = measure_exact(str(index), queries, task.qrels, 1)
+    # What it wrote for the peer is every stored vector, in index order.
+    n = json.loads((index / "manifest.json").read_text())["counts"]["vectors"]
+    assert np.load(tmp_path / "fp" / "documents.npy", mmap_mode="r").shape == (n, 384)
+    assert np.load(tmp_path / "fp" / "doclens.npy").sum() == n
+    assert peer["queries"] == len(queries) and peer["search_p50_ms"] < peer["p50_ms"] <= peer["p95_ms"]
+    assert peer["device"] == "cpu" and peer["versions"]["torch"].startswith("2.11")
+    # 2-bit residuals at 384 dims are 96 bytes a vector; codes, IVF and (on so few vectors) centroids add the rest.
+    assert 96 < peer["bytes_per_vector"] < 200
+    assert peer["nDCG@10"] >= exact["nDCG@10"] - 0.1
 
 
 def test_the_exact_scan_is_maxsim_over_every_document_in_any_grouping(tmp_path):
