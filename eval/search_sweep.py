@@ -56,7 +56,8 @@ def sweep(task_name: str, path: str, index: Path, settings: list[str], threads: 
             if task.qrels is not None:
                 quality = {"nDCG@10": beir_metrics(run, task.qrels)["nDCG@10"]}
             else:
-                quality = hotpotqa_metrics({q: list(r) for q, r in run.items()}, task.gold_docs, ks=(2, 5, 10))
+                # A run maps ids to rank_scores, best highest (the dict's own order is not the ranking).
+                quality = hotpotqa_metrics({q: sorted(r, key=r.get, reverse=True) for q, r in run.items()}, task.gold_docs, ks=(2, 5, 10))
             rows[setting] = {k: round(100 * v, 2) for k, v in quality.items()} | latency(times)
             print(setting, json.dumps(rows[setting]), flush=True)
     return {"task": task.name, "index": str(index), "factory": manifest["index"]["factory"],

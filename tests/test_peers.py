@@ -213,10 +213,12 @@ def test_search_sweep_measures_each_setting_on_one_index_and_refuses_a_malformed
     questions.write_text(json.dumps(json.loads((DATA / "hotpotqa" / "hotpot_dev_distractor_600.json").read_text())[:6]))
     index, out = tmp_path / "index", tmp_path / "sweep.json"
     assert main(["-q", "index", str(questions), "--encoder", "tokens", "--out", str(index)]) == 0
-    sweep(["hotpotqa", str(questions), str(index), "--settings", "default", "k=1", "--out", str(out)])
+    sweep(["hotpotqa", str(questions), str(index), "--settings", "default", "k=1", "k=2", "--out", str(out)])
     result = json.loads(out.read_text())
     assert result["command"].startswith("python -m propdex.eval.search_sweep hotpotqa") and result["threads"] == 1
     rows = result["settings"]
-    assert set(rows) == {"default", "k=1"} and all(r["p50_ms"] <= r["p95_ms"] for r in rows.values())
+    assert set(rows) == {"default", "k=1", "k=2"} and all(r["p50_ms"] <= r["p95_ms"] for r in rows.values())
+    # A top 10's first two hits are the top 2: Recall@2 reads the head of the ranking, not its tail.
+    assert rows["default"]["Recall@2"] == rows["k=2"]["Recall@2"] > 0
     # Every question has two gold documents: one hit finds at most half of them.
     assert rows["k=1"]["Recall@10"] <= 50 < rows["default"]["Recall@10"]
