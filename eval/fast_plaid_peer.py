@@ -44,12 +44,15 @@ def main(folder: Path) -> None:
     device = settings["device"]
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    # float32 on the CPU: fast-plaid does its maths in the dtype it is given, and float16 matmuls crawl on a CPU.
-    dtype = torch.float16 if device.startswith("cuda") else torch.float32
-    documents = np.load(folder / "documents.npy", mmap_mode="r")
-    docs = [torch.from_numpy(np.ascontiguousarray(d)).to(dtype) for d in split(documents, np.load(folder / "doclens.npy"))]
-    queries = [torch.from_numpy(np.ascontiguousarray(q)).to(dtype)
-               for q in split(np.load(folder / "queries.npy"), np.load(folder / "qlens.npy"))]
+    # fast-plaid's search casts queries and centroids to float16 itself; documents go in as float16 on a GPU
+    # and as float32 on a CPU, the dtype its own k-means picks there.
+    dtype = np.float16 if device.startswith("cuda") else np.float32
+
+    def tensors(rows: str, lengths: str) -> list[torch.Tensor]:
+        return [torch.from_numpy(np.array(piece, dtype=dtype))  # a copy: the memory map is read-only
+                for piece in split(np.load(folder / rows, mmap_mode="r"), np.load(folder / lengths))]
+
+    docs, queries = tensors("documents.npy", "doclens.npy"), tensors("queries.npy", "qlens.npy")
 
     index = folder / "index"
     started = time.perf_counter()
@@ -78,7 +81,7 @@ def main(folder: Path) -> None:
         "ranked": ranked, "search_ms": ms, "build_s": round(build_s, 3),
         "index_bytes": sum(f.stat().st_size for f in index.rglob("*") if f.is_file()),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu", "dtype": str(dtype),
+        "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu", "dtype": np.dtype(dtype).name,
         "versions": {"fast_plaid": getattr(fast_plaid, "__version__", None) or _version("fast-plaid"), "torch": torch.__version__},
     }))
 
