@@ -72,6 +72,34 @@ def maxsim(sim: np.ndarray) -> float:
     return float(sim.max(axis=1).sum())
 
 
+def sentence_windows(unit_sentences: np.ndarray, window: int) -> tuple[np.ndarray, int]:
+    """Each unit's window and the number of windows: a document's sentences
+    packed in order into windows of at most `window` units (a sentence with
+    more units is a window of its own), as the encoder packs them into
+    passages. Units are grouped by the sentence they start in."""
+    first = unit_sentences[:, 0]
+    sentences, inverse, counts = np.unique(first, return_inverse=True, return_counts=True)
+    of_sentence = np.empty(len(sentences), np.int64)
+    w, used = 0, 0
+    for i, c in enumerate(counts.tolist()):
+        if used and used + c > window:
+            w, used = w + 1, 0
+        of_sentence[i] = w
+        used += c
+    return of_sentence[inverse], w + 1 if len(sentences) else 0
+
+
+def window_maxsim(sim: np.ndarray, unit_sentences: np.ndarray, window: int) -> float:
+    """MaxSim of the document's best window of consecutive sentences
+    (`sentence_windows`). MaxSim over a whole document grows with its
+    length, since every query vector takes its best of all the document's
+    vectors; a window bounds that, as a passage does for ColBERT."""
+    if sim.shape[1] == 0:
+        return float("-inf")
+    groups, n = sentence_windows(unit_sentences, window)
+    return float(group_maxsim(sim, groups, n).max())
+
+
 def group_maxsim(sim: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
     """MaxSim restricted to each group of columns: (n_groups,) scores.
 

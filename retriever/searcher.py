@@ -287,7 +287,8 @@ class Searcher:
                 chosen = within[qi]
             else:
                 chosen = self._locate(within[qi], allowed)
-            cands = self._stage2(e.vectors, chosen, n_rerank, skip, first) if within is None else self._stage2(e.vectors, chosen, len(chosen), skip)
+            cands = (self._stage2(e.vectors, chosen, n_rerank, skip, first, window=st.window) if within is None
+                     else self._stage2(e.vectors, chosen, len(chosen), skip, window=st.window))
             if not st.hybrid:
                 results.append(self._hits(cands, self._rows(cands, k, level), level))
                 continue
@@ -297,12 +298,12 @@ class Searcher:
                 have = {self._doc_id(c) for c in cands}
                 missing = [d for d in lexical_ranking[:k] if d not in have]
                 if missing:
-                    cands += self._stage2(e.vectors, self._locate(missing, allowed), len(missing), skip)
-            results.append(self._fused(cands, self._rows(cands, depth, level), lexical_ranking, e.vectors, k, level, skip))
+                    cands += self._stage2(e.vectors, self._locate(missing, allowed), len(missing), skip, window=st.window)
+            results.append(self._fused(cands, self._rows(cands, depth, level), lexical_ranking, e.vectors, k, level, skip, st.window))
         return results
 
     def _fused(self, cands: list["_Candidate"], rows: list[tuple[float, int, int]], lexical_ranking: list[str], q: np.ndarray,
-               k: int, level: Level, skip: set[str]) -> list[Hit]:
+               k: int, level: Level, skip: set[str], window: int | None = None) -> list[Hit]:
         """RRF of the dense rows and the BM25 document ranking; the hits of the best k."""
         doc_of = [self._doc_id(c) for c in cands]
         lexical_rank = {d: r for r, d in enumerate(lexical_ranking, start=1)}
@@ -311,7 +312,7 @@ class Searcher:
             by_doc = {doc_of[ci]: (ci, j) for _, ci, j in rows}
             missing = [d for d, _ in fused if d not in by_doc]
             if missing:  # BM25's finds the dense side never scored: score them now, for their sentence
-                extra = self._stage2(q, self._locate(missing), len(missing), skip)
+                extra = self._stage2(q, self._locate(missing), len(missing), skip, window=window)
                 for c in extra:
                     cands.append(c)
                     by_doc[self._doc_id(c)] = (len(cands) - 1, 0)
@@ -463,11 +464,13 @@ class Searcher:
         keys = [k for k in keys if k is not None and (allowed is None or allowed[k >> 32] is None or allowed[k >> 32][k & 0xFFFFFFFF])]
         return np.array(keys, dtype=np.int64)
 
-    def _stage2(self, q: np.ndarray, chosen: np.ndarray, n_rerank: int, exclude: set[str], first: int | None = None) -> list[_Candidate]:
+    def _stage2(self, q: np.ndarray, chosen: np.ndarray, n_rerank: int, exclude: set[str], first: int | None = None,
+                window: int | None = None) -> list[_Candidate]:
         """Exact scores of the chosen documents, in the order they are ranked;
         the best `n_rerank`. With `first`, `chosen` is in stage 1's order and
         its first `first` documents (once `exclude` is out) rank ahead of the
-        rest, each group best first: a page is the same whatever k."""
+        rest, each group best first: a page is the same whatever k. With
+        `window`, a document's score is its best window's (scoring.window_maxsim)."""
         m = len(q)
         by_shard: dict[int, list[int]] = {}
         for key in chosen.tolist():
@@ -496,7 +499,7 @@ class Searcher:
             for i, c in enumerate(out):
                 c.sim = alpha[None, bounds[i] : bounds[i + 1]]
         for c in out:
-            c.score = scoring.maxsim(c.sim)
+            c.score = scoring.maxsim(c.sim) if window is None else scoring.window_maxsim(c.sim, c.unit_sentences, window)
         if first is not None and len(out) > first:
             place = {key: i for i, key in enumerate(chosen.tolist())}
             out.sort(key=lambda c: place[(c.shard << 32) | c.ordinal])

@@ -29,15 +29,16 @@ class SearchSettings:
     hybrid: bool = False  # fuse with the index's BM25 (reciprocal rank fusion)
     bm25: bool = False  # BM25 alone
     hops: int = 1  # 2: a second BM25 hop for multi-hop questions
+    window: int | None = None  # a document scores as its best window of sentences of at most this many units (None: all of it)
     where: Mapping[str, tuple[Any, ...]] | None = None  # metadata field -> values, any of which matches
 
     def __post_init__(self) -> None:
-        for name in ("k", "nprobe", "candidates", "rerank", "hops", "hybrid", "bm25"):
+        for name in ("k", "nprobe", "candidates", "rerank", "hops", "hybrid", "bm25", "window"):
             kind = {"k": int, "hops": int, "hybrid": bool, "bm25": bool}.get(name, int | None)
             object.__setattr__(self, name, convert(getattr(self, name), kind, name))
         if self.level not in LEVELS:
             raise ValueError(f"unknown level {self.level!r}; choose from {', '.join(LEVELS)}")
-        for name in ("k", "nprobe", "candidates", "rerank"):
+        for name in ("k", "nprobe", "candidates", "rerank", "window"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")

@@ -115,6 +115,32 @@ def test_search_levels_agree_with_brute_force_maxsim(tmp_path, tiny, hotpot_docs
         assert len(units) == 3 and all(len(h.units) == 1 for h in units)
 
 
+def test_window_scores_a_document_by_its_best_window_of_sentences(tmp_path, tiny, hotpot_docs):
+    from propdex.retriever.scoring import window_maxsim
+
+    enc, _ = build(tmp_path, tiny, hotpot_docs)
+    query = "Which American director was born in 1966?"
+    q = enc.encode_queries([query])[0].vectors
+
+    def best_window(doc, window):
+        encoded = enc.encode(enc.passages(doc))
+        units = [u for e in encoded for u in e.units]
+        sentences = np.array([(u.sentence, u.last_sentence) for u in units])
+        return window_maxsim(q @ np.concatenate([e.vectors for e in encoded]).T, sentences, window)
+
+    every = {"rerank": len(hotpot_docs), "candidates": 10_000}
+    with Searcher.load(tmp_path / "ix", encoder=enc) as s:
+        for window in (4, 30):
+            brute = sorted(((best_window(d, window), d.id) for d in hotpot_docs), reverse=True)
+            hits = s.search(query, k=5, window=window, **every)
+            assert [h.doc_id for h in hits] == [d for _, d in brute[:5]]
+            assert hits[0].score == pytest.approx(brute[0][0], abs=0.05)
+        # A window wider than any document is the whole document.
+        assert [h.doc_id for h in s.search(query, k=5, window=100_000, **every)] == [h.doc_id for h in s.search(query, k=5, **every)]
+        with pytest.raises(ValueError, match="window must be at least 1"):
+            s.search(query, window=0)
+
+
 def test_duplicate_empty_and_bad_records_are_counted_not_indexed(tmp_path, tiny, hotpot_docs):
     docs = hotpot_docs[:5]
     records = [*docs, docs[0], Skip("malformed_json", "x.jsonl:3")]

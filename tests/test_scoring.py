@@ -75,3 +75,29 @@ def test_similarities_of_read_only_float16_parts_equal_one_float32_product_in_an
         assert got.dtype == np.float32 and got.shape == (3, 28)
         np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
     assert scoring.similarities(q, []).shape == (3, 0)
+
+
+def test_sentence_windows_pack_whole_sentences_in_order_and_never_split_one():
+    from propdex.retriever.scoring import sentence_windows
+
+    # Units per sentence: 3, 2, 4, 1, 6 (sentence 5 has none); windows of at most 5 units.
+    first = np.repeat([0, 1, 2, 3, 4, 6], [3, 2, 4, 1, 6, 1])
+    groups, n = sentence_windows(np.stack([first, first], axis=1), 5)
+    assert n == 4
+    assert groups.tolist() == [0] * 5 + [1] * 5 + [2] * 6 + [3]  # 3+2 | 4+1 | 6 alone (longer than a window) | 1
+    assert sentence_windows(np.zeros((0, 2), np.int32), 5)[1] == 0
+
+
+def test_window_maxsim_is_the_best_windows_maxsim_and_whole_maxsim_for_a_wide_window():
+    from propdex.retriever.scoring import maxsim, window_maxsim
+
+    rng = np.random.default_rng(0)
+    first = np.repeat(np.arange(6), [4, 4, 4, 4, 4, 4])
+    sentences = np.stack([first, first], axis=1)
+    sim = rng.standard_normal((3, 24)).astype(np.float32)
+    by_hand = max(maxsim(sim[:, a:a + 8]) for a in (0, 8, 16))  # windows of 8 units: two sentences each
+    assert window_maxsim(sim, sentences, 8) == pytest.approx(by_hand)
+    assert window_maxsim(sim, sentences, 24) == pytest.approx(maxsim(sim))
+    # Each query vector takes its best of a window, not of the whole: a long document no longer wins by its length.
+    assert window_maxsim(sim, sentences, 8) <= maxsim(sim)
+    assert window_maxsim(sim[:, :0], sentences[:0], 8) == float("-inf")
