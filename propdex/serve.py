@@ -1,6 +1,6 @@
 """`propdex serve`: an index behind HTTP (FastAPI + uvicorn, the `[serve]` extra).
 
-    GET    /v1/search?q=...&k=10&level=doc     one query (hybrid, bm25, hops, nprobe too)
+    GET    /v1/search?q=...&k=10&level=doc     one query (hybrid, bm25, hops, nprobe, window too)
     POST   /v1/search                          {"queries": [...], "k", "level", "where", "hybrid", ...}
     GET    /v1/docs/{id}                       the stored document
     POST   /v1/docs                            {"documents": [...], "update": false}: add (or update)
@@ -47,6 +47,7 @@ class SearchRequest(BaseModel):
     hops: int = 1
     nprobe: int | None = None
     rerank: int | None = None
+    window: int | None = None
 
 
 class DocumentsRequest(BaseModel):
@@ -111,8 +112,9 @@ def create_app(index: Index, token: str | None = None) -> FastAPI:
 
     @app.get("/v1/search")
     def search_one(q: str = Query(..., description="the query"), k: int = Query(10, ge=1, le=MAX_K), level: str = "doc",
-                   hybrid: bool = False, bm25: bool = False, hops: int = 1, nprobe: int | None = None) -> dict[str, Any]:
-        hits = _search(index, [q], k=k, level=level, hybrid=hybrid, bm25=bm25, hops=hops, nprobe=nprobe)[0]
+                   hybrid: bool = False, bm25: bool = False, hops: int = 1, nprobe: int | None = None,
+                   window: int | None = None) -> dict[str, Any]:
+        hits = _search(index, [q], k=k, level=level, hybrid=hybrid, bm25=bm25, hops=hops, nprobe=nprobe, window=window)[0]
         return {"query": q, "results": hits}
 
     @app.post("/v1/search")
