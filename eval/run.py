@@ -53,7 +53,7 @@ PROPSEGMENT_DEPTH = 100
 # Options that change how an index is searched, not the index: its build is reused.
 # bm25=N: re-rank exactly BM25's top N per query instead of the ANN's candidates;
 # exact=1: re-score every document for every query (no stage 1: stage 2's reference).
-SEARCH_OPTIONS = ("nprobe", "bm25", "exact")
+SEARCH_OPTIONS = ("nprobe", "bm25", "exact", "window")
 # Options of a whole system (after fusion): fusion=rrf|minmax, hops=1|2.
 PIPELINE_OPTIONS = ("fusion", "hops")
 SPEC_GRAMMAR = "NAME[:option=value...][+NAME[:option=value...]...]"
@@ -226,6 +226,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     # Corpus states an earlier system of this run computed: encode_s is pooling only.
     shared = backbone.state_cache_hits > cache_hits
     nprobe = int(system.options["nprobe"]) if "nprobe" in system.options else None
+    window = int(system.options["window"]) if "window" in system.options else None
     searcher = Searcher.load(out, encoder=encoder, nprobe=nprobe)
     search_level = "doc" if task.prop_text else level
     queries = queries_for(task, system)
@@ -237,7 +238,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     for q, query in zip(task.queries, queries):
         t = time.perf_counter()
         hits = searcher.search(query, k=depth, level=search_level, exclude=[task.exclude.get(q.id, set())],
-                               within=[pools[q.id]] if pools else None)
+                               within=[pools[q.id]] if pools else None, window=window)
         latencies.append((time.perf_counter() - t) * 1000)
         rankings[q.id] = [(h.doc_id, h.sentence_index) if search_level == "sentence" else h.doc_id for h in hits]
         scores[q.id] = [h.score for h in hits]

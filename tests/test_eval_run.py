@@ -47,6 +47,14 @@ def test_hotpotqa_limit_run_with_every_system(tmp_path, capsys):
     assert "| tokens:factory=Flat |" in printed and "Recall@10" in printed
 
 
+def test_a_search_window_reuses_the_index_of_its_system(tmp_path):
+    result = evaluate("hotpotqa", str(HOTPOT), ["tokens:factory=Flat", "tokens:factory=Flat:window=1"], limit=4, work=tmp_path)
+    whole, windowed = (result["systems"][s] for s in ("tokens:factory=Flat", "tokens:factory=Flat:window=1"))
+    assert whole["index_dir"] == windowed["index_dir"]  # a search option: no second index is built
+    assert windowed["encode_s"] == whole["encode_s"]
+    assert windowed["metrics"]["Recall@100"] == whole["metrics"]["Recall@100"] == 1.0
+
+
 def test_beir_limit_run_bm25():
     result = evaluate("beir", str(DATA / "beir" / "scifact"), ["bm25"], limit=20)
     m = result["systems"]["bm25"]["metrics"]
