@@ -75,8 +75,9 @@ def maxsim(sim: np.ndarray) -> float:
 def sentence_windows(unit_sentences: np.ndarray, window: int) -> tuple[np.ndarray, int]:
     """Each unit's window and the number of windows: a document's sentences
     packed in order into windows of at most `window` units (a sentence with
-    more units is a window of its own), as the encoder packs them into
-    passages. Units are grouped by the sentence they start in."""
+    more units is a window of its own): the encoder's packing of passages,
+    counted in stored vectors instead of tokens, since the store keeps no
+    passage boundaries. Units are grouped by the sentence they start in."""
     first = unit_sentences[:, 0]
     sentences, inverse, counts = np.unique(first, return_inverse=True, return_counts=True)
     of_sentence = np.empty(len(sentences), np.int64)
