@@ -118,12 +118,17 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
         name = f"propdex:store={store_of(m)}:factory={m['index']['factory']}"
         result["systems"][name] = in_child(measure_propdex, **common | {"index": str(other)})
     result["exact"] = in_child(measure_exact, **common)
-    for peer in peers:
-        if peer == "fast-plaid" and peer not in skipped:
+    for peer in (p for p in peers if p not in skipped):
+        if peer == "fast-plaid":
             result["systems"][peer] = in_child(measure_fast_plaid, **common, out=str(work / peer), python=fast_plaid_python, device=device)
-        elif peer not in skipped:
+        else:
             result["systems"][peer] = in_child(measure_plaid, **common, out=str(work / peer))
     return result
+
+
+def thread_env(threads: int, *more: str) -> dict[str, str]:
+    """This process's environment with OpenMP's and the BLAS libraries' threads (and `more` variables) set to `threads`."""
+    return os.environ | {var: str(threads) for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", *more)}
 
 
 def in_child(fn: Callable[..., dict[str, Any]], **kwargs) -> dict[str, Any]:
@@ -132,7 +137,7 @@ def in_child(fn: Callable[..., dict[str, Any]], **kwargs) -> dict[str, Any]:
     name = fn.__name__
     code = f"import json, sys; from {fn.__module__} import {name}; print(json.dumps({name}(**json.load(sys.stdin))))"
     # numpy's BLAS (stage 2's products, the exact scan) spawns a thread per core unless told before it loads.
-    env = os.environ | {var: str(kwargs["threads"]) for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    env = thread_env(kwargs["threads"])
     done = subprocess.run([sys.executable, "-c", code], input=json.dumps(kwargs), stdout=subprocess.PIPE, text=True, env=env)
     if done.returncode:
         raise RuntimeError(f"bench: {name} failed (exit {done.returncode}; its error is above)")
@@ -362,8 +367,8 @@ def measure_fast_plaid(index: str, queries: list[tuple[str, str]], qrels: dict[s
     np.save(out / "queries.npy", np.concatenate(encoded))
     np.save(out / "qlens.npy", np.array([len(q) for q in encoded], np.int64))
     (out / "settings.json").write_text(json.dumps({"device": device, "threads": threads, **FAST_PLAID}))
-    env = os.environ | {var: str(threads) for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")}
-    done = subprocess.run([python, str(Path(__file__).with_name("fast_plaid_peer.py")), str(out)], env=env)
+    # fast-plaid's Rust side runs on rayon's pool.
+    done = subprocess.run([python, str(Path(__file__).with_name("fast_plaid_peer.py")), str(out)], env=thread_env(threads, "RAYON_NUM_THREADS"))
     if done.returncode:
         raise RuntimeError(f"bench: fast-plaid failed under {python} (exit {done.returncode}; its error is above)")
     peer = json.loads((out / "result.json").read_text())
