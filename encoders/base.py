@@ -165,6 +165,15 @@ class Encoder(ABC):
         """Tokens per passage, specials included."""
         return self.backbone.max_length
 
+    @property
+    def passage_units(self) -> int | None:
+        """The most vectors one passage of a document yields, or None when
+        documents are not read passage by passage into many vectors. The
+        searcher scores a document by its best window of this many
+        vectors (`window`): the span the encoder itself reads at once, so
+        a long document does not outscore a short one by its length."""
+        return None
+
     def reading(self, passages: Sequence[Passage], enc: dict[str, torch.Tensor], offsets: np.ndarray, special: np.ndarray) -> dict[str, torch.Tensor]:
         """Model inputs that change how a batch is read (an attention mask
         of another shape, position ids); none by default: every token of a

@@ -20,7 +20,7 @@ import torch
 
 from . import flag, weights_path
 from .backbone import Backbone
-from .base import Encoder, SentenceLocator, TokenStates, focus_mask, l2_normalize
+from .base import Encoder, SentenceLocator, TokenStates, _n_specials, focus_mask, l2_normalize
 from .text import is_wordlike
 from .units import Encoded, Kind, Passage, Unit
 
@@ -69,6 +69,15 @@ class TokensEncoder(Encoder):
         if self.title_units:
             options["title_units"] = True
         return options
+
+    @property
+    def passage_units(self) -> int:
+        # A token a vector, fewer when pooled or pruned; the title's own
+        # units (title_units) are not counted, as they score no sentence.
+        n = self.max_length - _n_specials(self.backbone)
+        if self.keep == "idf":
+            return math.ceil(n * self.ratio)
+        return math.ceil(n / self.pool_factor)
 
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
         idx = self.kept(passage, tokens, query=query)

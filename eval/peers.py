@@ -6,7 +6,11 @@ after another on one machine with the same threads, each in a fresh process,
 so that its peak resident memory is its own.
 
 - `propdex`: the index as built, searched by `Searcher` (IVF-PQ stage 1,
-  exact MaxSim over the candidates' stored vectors or decoded codes).
+  exact MaxSim over the candidates' stored vectors or decoded codes) with
+  its defaults, which score a document by its best passage-sized window;
+  `propdex:window=0` scores whole documents, as `exact` and the peers do,
+  so it is the row that measures what compression and stage 1 lose (and so
+  is every `--also` index).
 - `exact`: float32 MaxSim of every query over every document's stored
   vectors, the reference both approximate. It is one blocked scan of each
   shard's float16 file for all queries together (a matrix product per
@@ -113,10 +117,11 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
     common = {"index": str(index), "queries": queries, "qrels": qrels, "threads": threads}
     result: dict[str, Any] = {"systems": {}, "exact": None, "skipped": skipped, "threads": threads}
     result["systems"]["propdex"] = in_child(measure_propdex, **common)
+    result["systems"]["propdex:window=0"] = in_child(measure_propdex, **common, window=0)
     for other in also:
         m = read_manifest(other)
-        name = f"propdex:store={store_of(m)}:factory={m['index']['factory']}"
-        result["systems"][name] = in_child(measure_propdex, **common | {"index": str(other)})
+        name = f"propdex:store={store_of(m)}:factory={m['index']['factory']}:window=0"
+        result["systems"][name] = in_child(measure_propdex, **common | {"index": str(other)}, window=0)
     result["exact"] = in_child(measure_exact, **common)
     for peer in (p for p in peers if p not in skipped):
         if peer == "fast-plaid":
@@ -148,14 +153,18 @@ def in_child(fn: Callable[..., dict[str, Any]], **kwargs) -> dict[str, Any]:
 # the systems (each runs in its own process)
 
 
-def measure_propdex(index: str, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], threads: int) -> dict[str, Any]:
+def measure_propdex(index: str, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], threads: int,
+                    window: int | None = None) -> dict[str, Any]:
+    """`window`: the search option (None: the index's default, 0: whole documents)."""
     index = Path(index)
 
     manifest = read_manifest(index)
     encoder = encoder_from_config(manifest["encoder"], device="cpu")
     with Searcher.load(index, encoder=encoder, threads=threads) as searcher:
-        run, times = timed(queries, lambda text: [(h.doc_id, h.score) for h in searcher.search(text, k=10)])
+        run, times = timed(queries, lambda text: [(h.doc_id, h.score) for h in searcher.search(text, k=10, window=window)])
+        window = searcher.window if window is None else window
     return {
+        "window": window,
         **_quality_and_latency(run, qrels, times),
         "bytes_per_vector": all_in_bytes(index, manifest, encoder.dim) / manifest["counts"]["vectors"],
         "build_s": round(manifest["timings"]["train_s"] + manifest["timings"]["add_s"], 3),

@@ -23,8 +23,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nprobe", type=int, help="IVF lists probed per query vector (default: 512, or all the lists of a smaller index, for a one-vector query; 1/256 of them, 4 to 16, for each vector of a multi-vector one)")
     p.add_argument("--candidates", type=int, help="ANN hits per query vector and shard")
     p.add_argument("--rerank", type=int, help="stage 1's best documents re-scored exactly and ranked first (default: 32 for a multi-vector query, 64 for one vector); up to 2k are re-scored, the rest ranked after them")
-    p.add_argument("--window", type=int, help="score a document by its best window of consecutive sentences of at most this many "
-                                              "vectors (say 200), not by all of it: MaxSim over a whole long document favours length")
+    p.add_argument("--window", type=int, help="a document scores by its best window of consecutive sentences of at most this many "
+                                              "vectors (default: the encoder's passage, 254 for tokens; 0: the whole document, "
+                                              "whose MaxSim favours long documents)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--hybrid", action="store_true", help="fuse the dense ranking with the index's BM25 (reciprocal rank fusion)")
     mode.add_argument("--bm25", action="store_true", help="answer from the index's BM25 alone (document level)")

@@ -117,6 +117,8 @@ class Searcher:
         # The default (None: by the query and the lists, `default_nprobe`); search(nprobe=...) overrides it for that call only.
         self.nprobe = nprobe
         self.lists = max((ann.lists(s.index) for s in shards), default=0)
+        # Documents score by their best passage-sized window unless a search says otherwise.
+        self.window = encoder.passage_units
         self.vectors_per_doc = sum(int(s.store.info["vectors"]) for s in shards) / max(1, sum(len(s.store) for s in shards))
         info = manifest.get("lexical")
         # Loaded (memory-mapped) now, not on first use: a writer's later
@@ -215,7 +217,7 @@ class Searcher:
         **options: Any,
     ) -> list[list[Hit]]:
         """Search many queries. `options` are SearchSettings' (nprobe,
-        candidates, rerank, hybrid, bm25, hops, where), checked there once;
+        candidates, rerank, hybrid, bm25, hops, window, where), checked there once;
         `exclude` = doc ids to leave out of each query's results. `within`
         skips stage 1: each query re-scores exactly the documents listed for
         it (another retriever's candidates, BM25's top 200 say); ids not in
@@ -236,7 +238,14 @@ class Searcher:
         `where` keeps the documents whose metadata matches every field:
         `{"year": 2021, "source": ["arxiv", "pmc"]}` is year 2021 and source
         arxiv or pmc; a field holding a list matches any of its elements. It
-        acts before aggregation, so k matching documents give k hits."""
+        acts before aggregation, so k matching documents give k hits.
+
+        `window` bounds what a multi-vector query matches: a document scores
+        as its best window of consecutive sentences holding at most this
+        many vectors. The default is the encoder's passage (`self.window`,
+        254 token vectors for `tokens` on MiniLM), since whole-document
+        MaxSim ranks long documents first (eval/RESULTS.md, "A document's
+        best window"); `window=0` scores whole documents."""
         settings = SearchSettings.of(k=k, level=level, **options)
         for q in queries:
             if not _text(q).strip():
@@ -253,6 +262,7 @@ class Searcher:
     def _search(self, queries: Sequence[str | Document], st: SearchSettings, exclude: Sequence[set[str]] | None,
                 within: Sequence[Sequence[str]] | None, allowed: list[np.ndarray | None]) -> list[list[Hit]]:
         k, level, where = st.k, st.level, st.where
+        window = self.window if st.window is None else st.window or None
         if st.bm25:
             return [self._lexical_hits(_text(q), k, exclude[qi] if exclude else set(), allowed, where) for qi, q in enumerate(queries)]
         if not self.shards:
@@ -287,8 +297,8 @@ class Searcher:
                 chosen = within[qi]
             else:
                 chosen = self._locate(within[qi], allowed)
-            cands = (self._stage2(e.vectors, chosen, n_rerank, skip, first, window=st.window) if within is None
-                     else self._stage2(e.vectors, chosen, len(chosen), skip, window=st.window))
+            cands = (self._stage2(e.vectors, chosen, n_rerank, skip, first, window=window) if within is None
+                     else self._stage2(e.vectors, chosen, len(chosen), skip, window=window))
             if not st.hybrid:
                 results.append(self._hits(cands, self._rows(cands, k, level), level))
                 continue
@@ -298,8 +308,8 @@ class Searcher:
                 have = {self._doc_id(c) for c in cands}
                 missing = [d for d in lexical_ranking[:k] if d not in have]
                 if missing:
-                    cands += self._stage2(e.vectors, self._locate(missing, allowed), len(missing), skip, window=st.window)
-            results.append(self._fused(cands, self._rows(cands, depth, level), lexical_ranking, e.vectors, k, level, skip, st.window))
+                    cands += self._stage2(e.vectors, self._locate(missing, allowed), len(missing), skip, window=window)
+            results.append(self._fused(cands, self._rows(cands, depth, level), lexical_ranking, e.vectors, k, level, skip, window))
         return results
 
     def _fused(self, cands: list["_Candidate"], rows: list[tuple[float, int, int]], lexical_ranking: list[str], q: np.ndarray,
@@ -499,7 +509,8 @@ class Searcher:
             for i, c in enumerate(out):
                 c.sim = alpha[None, bounds[i] : bounds[i + 1]]
         for c in out:
-            c.score = scoring.maxsim(c.sim) if window is None else scoring.window_maxsim(c.sim, c.unit_sentences, window)
+            # One query vector's best window holds its best unit: the window changes nothing there.
+            c.score = scoring.maxsim(c.sim) if window is None or m == 1 else scoring.window_maxsim(c.sim, c.unit_sentences, window)
         if first is not None and len(out) > first:
             place = {key: i for i, key in enumerate(chosen.tolist())}
             out.sort(key=lambda c: place[(c.shard << 32) | c.ordinal])

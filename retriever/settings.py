@@ -29,7 +29,10 @@ class SearchSettings:
     hybrid: bool = False  # fuse with the index's BM25 (reciprocal rank fusion)
     bm25: bool = False  # BM25 alone
     hops: int = 1  # 2: a second BM25 hop for multi-hop questions
-    window: int | None = None  # a document scores as its best window of sentences of at most this many units (None: all of it)
+    # A document scores as its best window of consecutive sentences of at
+    # most this many units; None: the encoder's passage (Encoder.passage_units),
+    # 0: the whole document.
+    window: int | None = None
     where: Mapping[str, tuple[Any, ...]] | None = None  # metadata field -> values, any of which matches
 
     def __post_init__(self) -> None:
@@ -38,10 +41,12 @@ class SearchSettings:
             object.__setattr__(self, name, convert(getattr(self, name), kind, name))
         if self.level not in LEVELS:
             raise ValueError(f"unknown level {self.level!r}; choose from {', '.join(LEVELS)}")
-        for name in ("k", "nprobe", "candidates", "rerank", "window"):
+        for name in ("k", "nprobe", "candidates", "rerank"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+        if self.window is not None and self.window < 0:
+            raise ValueError(f"window must be 0 (the whole document) or a number of units, got {self.window}")
         if self.hops not in (1, 2):
             raise ValueError(f"hops must be 1 or 2, got {self.hops}")
         if self.hops == 2 and self.level != "doc":

@@ -102,7 +102,7 @@ def test_search_levels_agree_with_brute_force_maxsim(tmp_path, tiny, hotpot_docs
         reverse=True,
     )
     with Searcher.load(tmp_path / "ix", encoder=enc) as s:
-        hits = s.search(query, k=5, rerank=len(hotpot_docs), candidates=10_000)
+        hits = s.search(query, k=5, rerank=len(hotpot_docs), candidates=10_000, window=0)  # whole documents
         assert [h.doc_id for h in hits] == [d for _, d in brute[:5]]
         assert hits[0].score == pytest.approx(brute[0][0], abs=0.05)
         sentences = s.search(query, k=5, level="sentence")
@@ -135,10 +135,15 @@ def test_window_scores_a_document_by_its_best_window_of_sentences(tmp_path, tiny
             hits = s.search(query, k=5, window=window, **every)
             assert [h.doc_id for h in hits] == [d for _, d in brute[:5]]
             assert hits[0].score == pytest.approx(brute[0][0], abs=0.05)
-        # A window wider than any document is the whole document.
-        assert [h.doc_id for h in s.search(query, k=5, window=100_000, **every)] == [h.doc_id for h in s.search(query, k=5, **every)]
-        with pytest.raises(ValueError, match="window must be at least 1"):
-            s.search(query, window=0)
+        # By default a document scores by its best passage-sized window: the encoder's passage, in vectors.
+        assert s.window == enc.passage_units == enc.max_length - 2
+        default = sorted(((best_window(d, s.window), d.id) for d in hotpot_docs), reverse=True)
+        assert [h.doc_id for h in s.search(query, k=5, **every)] == [d for _, d in default[:5]]
+        # window=0 is the whole document, as is a window wider than any document.
+        whole = [h.doc_id for h in s.search(query, k=5, window=0, **every)]
+        assert whole == [h.doc_id for h in s.search(query, k=5, window=100_000, **every)]
+        with pytest.raises(ValueError, match="window must be 0"):
+            s.search(query, window=-1)
 
 
 def test_duplicate_empty_and_bad_records_are_counted_not_indexed(tmp_path, tiny, hotpot_docs):

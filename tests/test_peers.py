@@ -42,19 +42,20 @@ def test_bench_side_by_side_skips_a_peer_that_is_not_installed(tmp_path, monkeyp
     assert f"skipping peer fast-plaid: fast_plaid is not importable by {nowhere}" in caplog.text
     assert result["skipped"]["colbert-plaid"] == "colbert is not installed (pip install 'propdex[bench]')"
     assert "--fast-plaid-python" in result["skipped"]["fast-plaid"]
-    assert set(result["systems"]) == {"propdex", "propdex:store=codes:factory=Flat"} and result["threads"] == 1
+    assert set(result["systems"]) == {"propdex", "propdex:window=0", "propdex:store=codes:factory=Flat:window=0"} and result["threads"] == 1
+    assert result["systems"]["propdex"]["window"] == 254 and result["systems"]["propdex:window=0"]["window"] == 0
     for entry in (result["systems"]["propdex"], result["exact"]):
         assert set(entry) >= {"nDCG@10", "bytes_per_vector", "p50_ms", "p95_ms", "build_s", "peak_rss_mb"}
         assert 0 < entry["nDCG@10"] <= 1 and entry["peak_rss_mb"] > 100
     assert result["systems"]["propdex"]["p50_ms"] <= result["systems"]["propdex"]["p95_ms"]
     assert result["exact"]["scan_ms_per_query"] > 0
-    # A tiny corpus gets a Flat index: two stages re-score every candidate exactly, so they agree with exact MaxSim.
+    # A tiny corpus gets a Flat index: two stages re-score every candidate exactly, so whole documents agree with exact MaxSim.
     assert result["systems"]["propdex"]["factory"] == "Flat"
-    assert result["systems"]["propdex"]["nDCG@10"] == result["exact"]["nDCG@10"]
+    assert result["systems"]["propdex:window=0"]["nDCG@10"] == result["exact"]["nDCG@10"]
     # Flat float32 index + float16 copy + offsets: 6 bytes a dimension and a little more.
     assert 6 * 384 < result["systems"]["propdex"]["bytes_per_vector"] < 6 * 384 + 64
     # The same corpus indexed with store=codes: Flat holds the float32 vectors once, so nothing is lost.
-    same = result["systems"]["propdex:store=codes:factory=Flat"]
+    same = result["systems"]["propdex:store=codes:factory=Flat:window=0"]
     assert same["nDCG@10"] == result["exact"]["nDCG@10"] and same["store"] == "codes"
     assert 4 * 384 < same["bytes_per_vector"] < 4 * 384 + 64
 

@@ -77,9 +77,9 @@ def test_every_route(server):
 
     one = httpx.get(f"{server}/v1/search", params={"q": "American film director", "k": 3}).json()
     assert one["query"] == "American film director" and len(one["results"]) == 3
-    # A window wider than any of these documents scores each as a whole.
-    wide = httpx.get(f"{server}/v1/search", params={"q": "American film director", "k": 3, "window": 100_000}).json()
-    assert [h["doc_id"] for h in wide["results"]] == [h["doc_id"] for h in one["results"]]
+    # window=0 scores whole documents, as does a window wider than any of them.
+    whole, wide = (httpx.get(f"{server}/v1/search", params={"q": "American film director", "k": 3, "window": w}).json() for w in (0, 100_000))
+    assert [h["doc_id"] for h in wide["results"]] == [h["doc_id"] for h in whole["results"]]
     hit = one["results"][0]
     assert {"rank", "doc_id", "title", "score", "text", "metadata", "sentence", "spans"} <= set(hit) and "batch" in hit["metadata"]
     doc = httpx.get(f"{server}/v1/docs/{hit['doc_id']}").json()
@@ -115,7 +115,7 @@ def test_every_route(server):
     (("GET", "/v1/search", {"params": {"q": "x", "k": 100000}}), 400, "k"),
     (("GET", "/v1/search", {"params": {"q": "x", "level": "page"}}), 400, "unknown level"),
     (("GET", "/v1/search", {"params": {"q": "x", "hybrid": True, "bm25": True}}), 400, "not both"),
-    (("GET", "/v1/search", {"params": {"q": "x", "window": 0}}), 400, "window must be at least 1"),
+    (("GET", "/v1/search", {"params": {"q": "x", "window": -1}}), 400, "window must be 0 (the whole document) or a number of units"),
     (("POST", "/v1/search", {"json": {"queries": []}}), 400, "queries"),
     (("POST", "/v1/search", {"json": {"queries": ["x"], "where": {"batch": {"a": 1}}}}), 400, "where"),
     (("POST", "/v1/search", {"content": b"{not json", "headers": {"content-type": "application/json"}}), 400, ""),
