@@ -42,7 +42,7 @@ from torch import nn
 from . import weights_path
 from .adapters import adapt, adapter_stages, layer_stack, merged_stages
 from .backbone import Backbone
-from .base import SentenceLocator, TokenStates, focus_mask, l2_normalize
+from .base import SentenceLocator, TokenStates, _n_specials, focus_mask, l2_normalize
 from .provenance import read_weights, verified_sha256
 from .tokens import TokensEncoder
 from .units import Encoded, Kind, Passage, Unit
@@ -393,6 +393,14 @@ class NuggetEncoder(TokensEncoder):
     @property
     def cacheable(self) -> bool:
         return self.nugget is None
+
+    @property
+    def passage_units(self) -> int | None:
+        # k = ceil(n r) nuggets of a passage of n tokens; comma chunks have
+        # no bound but the passage's tokens, so they keep whole documents.
+        if self.select == "comma" and self.nugget is None:
+            return None
+        return n_nuggets([self.max_length - _n_specials(self.backbone)], self.ratio)[0]
 
     def options(self) -> dict[str, Any]:
         if self.nugget is None:

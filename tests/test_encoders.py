@@ -92,6 +92,19 @@ def test_long_documents_are_cut_into_windows_covering_all_text(tiny):
     assert total == len(tok(text, add_special_tokens=False)["input_ids"]) - text.count(".")
 
 
+@pytest.mark.parametrize("spec", ["tokens", "tokens:pool=3", "nugget", "nugget:ratio=0.1"])
+def test_passage_units_is_the_most_vectors_a_passage_yields(tiny, spec):
+    # The searcher's default window: it must be what a full passage really holds.
+    sentence = "one two three four five"  # no punctuation: a vector a token
+    text = " ".join([sentence] * 40)
+    spans = [(i * (len(sentence) + 1), i * (len(sentence) + 1) + len(sentence)) for i in range(40)]
+    enc = load_encoder(spec, backbone=tiny)
+    per_passage = [len(e.units) for e in enc.encode(enc.passages(Document("long", text, sentences=tuple(spans))))]
+    assert len(per_passage) > 2 and max(per_passage) <= enc.passage_units
+    assert max(per_passage) >= enc.passage_units * 0.8  # full passages come close: windows are passages, not a guess
+    assert load_encoder("single", backbone=tiny).passage_units is None  # one vector a passage: nothing to bound
+
+
 def test_unknown_encoder_and_backbone_fail_with_one_line(tiny):
     with pytest.raises(ValueError, match="unknown encoder"):
         load_encoder("nope", backbone=tiny)
