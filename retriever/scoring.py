@@ -155,16 +155,30 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 def approximate_doc_scores(
-    hit_scores: np.ndarray, hit_docs: np.ndarray, n_query_vectors: int, query_of_hit: np.ndarray, floor: np.ndarray
+    hit_scores: np.ndarray, hit_docs: np.ndarray, n_query_vectors: int, query_of_hit: np.ndarray, floor: np.ndarray,
+    hit_windows: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Stage-1 MaxSim estimate per candidate document, from ANN hits only.
 
     For query vector i and document d the estimate is the best hit of i in d;
     where i found nothing in d it is imputed with i's weakest retrieved score
-    (`floor[i]`), an upper bound on what was missed (as XTR imputes). Returns
-    (candidate doc keys, estimated scores).
+    (`floor[i]`), an upper bound on what was missed (as XTR imputes). With
+    `hit_windows` (the window of its document each hit fell in) the estimate
+    is made per window and a document takes its best window's, as stage 2
+    scores it. Returns (candidate doc keys, estimated scores).
     """
-    docs, inverse = np.unique(hit_docs, return_inverse=True)
-    best = np.repeat(floor[:, None], len(docs), axis=1).astype(np.float32)
-    np.maximum.at(best, (query_of_hit, inverse), hit_scores)
-    return docs, best.sum(axis=0)
+    if hit_windows is None:
+        groups, inverse = np.unique(hit_docs, return_inverse=True)
+        docs = groups
+    else:
+        pairs, inverse = np.unique(np.stack([hit_docs, hit_windows], axis=1), axis=0, return_inverse=True)
+        groups = pairs[:, 0]
+        docs, doc_of_group = np.unique(groups, return_inverse=True)
+    best = np.repeat(floor[:, None], len(groups), axis=1).astype(np.float32)
+    np.maximum.at(best, (query_of_hit, inverse.reshape(-1)), hit_scores)
+    scores = best.sum(axis=0)
+    if hit_windows is None:
+        return docs, scores
+    per_doc = np.full(len(docs), -np.inf, np.float32)
+    np.maximum.at(per_doc, doc_of_group.reshape(-1), scores)
+    return docs, per_doc

@@ -4,7 +4,9 @@ Stage 1 sends every query vector to every shard's ANN index (shards in
 parallel) and estimates a MaxSim score per candidate document from the hits.
 Stage 2 re-scores the best candidates exactly from their stored vectors
 (MaxSim, or Cross-Thought's attention over the candidates) and aggregates to
-the level asked for: document, sentence or unit.
+the level asked for: document, sentence or unit. Both stages score a
+document by its best window of about a passage (`window`), as ColBERT
+retrieves passages: MaxSim over a whole article grows with its length.
 
 Deleted documents and `where=` filters act inside stage 1 (FAISS ID
 selectors over the allowed vectors), so they never crowd out the documents
@@ -288,11 +290,12 @@ class Searcher:
             start += sizes[qi]
             skip = exclude[qi] if exclude else set()
             if within is None:
-                chosen = self._candidates(len(e.vectors), [(s, h[0][rows], h[1][rows]) for s, h in enumerate(hits)], n_rerank + len(skip))
+                chosen = self._candidates(len(e.vectors), [(s, *(part[rows] for part in h)) for s, h in enumerate(hits)],
+                                          n_rerank + len(skip), window)
                 if len(chosen) < k + len(skip) and any(m is not None for m in filtered):
                     # The probed lists held too few allowed vectors: probe them all.
                     wide = self._stage1(e.vectors, per_vector, 1 << 30, filtered)
-                    chosen = self._candidates(len(e.vectors), [(sh, sc, d) for sh, (sc, d) in enumerate(wide)], n_rerank + len(skip))
+                    chosen = self._candidates(len(e.vectors), [(sh, *h) for sh, h in enumerate(wide)], n_rerank + len(skip), window)
             elif isinstance(within[qi], np.ndarray):
                 chosen = within[qi]
             else:
@@ -383,18 +386,21 @@ class Searcher:
 
     # -- stage 1 ---------------------------------------------------------------------
     def _stage1(self, vectors: np.ndarray, per_vector: int, nprobe: int,
-                masks: list[np.ndarray | None]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per shard: (scores, document ordinals) of each query vector's ANN
-        hits among the vectors its mask allows (None: all)."""
+                masks: list[np.ndarray | None]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per shard: (scores, document ordinals, positions in the document)
+        of each query vector's ANN hits among the vectors its mask allows
+        (None: all)."""
 
-        def one(shard: _Shard, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        def one(shard: _Shard, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             n = min(per_vector, shard.index.ntotal if mask is None else int(mask.sum()))
             if n == 0:
-                return np.zeros((len(vectors), 0), np.float32), np.zeros((len(vectors), 0), np.int64)
+                empty = np.zeros((len(vectors), 0), np.int64)
+                return np.zeros((len(vectors), 0), np.float32), empty, empty
             scores, ids = ann.search(shard.index, vectors, n, nprobe, mask)
             valid = ids >= 0
             docs = np.where(valid, shard.store.doc_of_vectors(np.where(valid, ids, 0)), -1)
-            return np.where(valid, scores, -np.inf).astype(np.float32), docs
+            at = np.where(valid, ids - shard.store.offsets[np.maximum(docs, 0)], -1)
+            return np.where(valid, scores, -np.inf).astype(np.float32), docs, at
 
         return list(self._pool.map(one, self.shards, masks))
 
@@ -438,14 +444,18 @@ class Searcher:
 
     # -- stage 2 ---------------------------------------------------------------------
     @staticmethod
-    def _candidates(m: int, hits: list[tuple[int, np.ndarray, np.ndarray]], n: int) -> np.ndarray:
-        """The `n` documents (keys shard << 32 | ordinal) with the best stage-1 MaxSim estimates."""
-        keys, scores, query_of = [], [], []
-        for shard, s, d in hits:
+    def _candidates(m: int, hits: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]], n: int, window: int | None = None) -> np.ndarray:
+        """The `n` documents (keys shard << 32 | ordinal) with the best stage-1
+        MaxSim estimates; with `window`, a document's estimate is its best
+        window's, each window `window` consecutive vectors (stage 2 packs
+        whole sentences; an estimate need not)."""
+        keys, scores, query_of, windows = [], [], [], []
+        for shard, s, d, at in hits:
             valid = d >= 0
             keys.append((np.int64(shard) << 32) | d[valid])
             scores.append(s[valid])
             query_of.append(np.nonzero(valid)[0])
+            windows.append(at[valid] // window if window else at[valid])
         keys_all = np.concatenate(keys) if keys else np.zeros(0, np.int64)
         if len(keys_all) == 0:
             return keys_all
@@ -455,7 +465,8 @@ class Searcher:
         floor = np.full(m, np.inf, dtype=np.float32)
         np.minimum.at(floor, query_all, scores_all)
         floor[~np.isfinite(floor)] = 0.0
-        docs, approx = scoring.approximate_doc_scores(scores_all, keys_all, m, query_all, floor)
+        hit_windows = np.concatenate(windows) if window and m > 1 else None
+        docs, approx = scoring.approximate_doc_scores(scores_all, keys_all, m, query_all, floor, hit_windows)
         return docs[np.argsort(-approx, kind="stable")[:n]]
 
     def _key(self, doc_id: str) -> int | None:

@@ -101,3 +101,18 @@ def test_window_maxsim_is_the_best_windows_maxsim_and_whole_maxsim_for_a_wide_wi
     # Each query vector takes its best of a window, not of the whole: a long document no longer wins by its length.
     assert window_maxsim(sim, sentences, 8) <= maxsim(sim)
     assert window_maxsim(sim[:, :0], sentences[:0], 8) == float("-inf")
+
+
+def test_stage1_estimate_per_window_takes_a_documents_best_window():
+    from propdex.retriever.scoring import approximate_doc_scores
+
+    # Two query vectors. Document 7 matches each in a different window, document 9 both in one.
+    scores = np.array([0.9, 0.9, 0.8, 0.8], np.float32)
+    docs = np.array([7, 7, 9, 9])
+    query_of = np.array([0, 1, 0, 1])
+    floor = np.array([0.1, 0.1], np.float32)
+    whole = dict(zip(*approximate_doc_scores(scores, docs, 2, query_of, floor)))
+    assert whole[7] == pytest.approx(1.8) and whole[9] == pytest.approx(1.6)
+    windowed = dict(zip(*approximate_doc_scores(scores, docs, 2, query_of, floor, np.array([0, 3, 2, 2]))))
+    # Document 7's best window holds one match and the floor for the other: the spread-out document ranks second.
+    assert windowed[7] == pytest.approx(1.0) and windowed[9] == pytest.approx(1.6)
