@@ -10,7 +10,7 @@ import pytest
 
 from conftest import HOTPOT
 from propdex.retriever import Searcher
-from propdex.retriever.scoring import maxsim
+from propdex.retriever.scoring import window_maxsim
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,12 +61,14 @@ def test_questions_find_their_gold_paragraph_and_sentence(searcher, questions):
 
 
 def test_pq_stage1_plus_exact_stage2_matches_brute_force_maxsim(searcher, questions):
-    stored = [(sh.store.document(o).id, v.astype(np.float32)) for sh in searcher.shards
-              for o, (v, _) in enumerate(sh.store.vectors(range(len(sh.store))))]
+    stored = [(sh.store.document(o).id, v.astype(np.float32), sentences) for sh in searcher.shards
+              for o, (v, sentences) in enumerate(sh.store.vectors(range(len(sh.store))))]
     texts = [q["question"] for q in questions]
     same = 0
     for query, hits, q in zip(texts, searcher.search_batch(texts, k=10), searcher.encoder.encode_queries(texts)):
-        brute = sorted(((maxsim(q.vectors @ v.T), doc_id) for doc_id, v in stored), reverse=True)[:10]
+        # The searcher's scoring, by brute force: MaxSim over each document's best passage-sized window.
+        brute = sorted(((window_maxsim(q.vectors @ v.T, sentences, searcher.window), doc_id) for doc_id, v, sentences in stored),
+                       reverse=True)[:10]
         same += [d for _, d in brute] == [h.doc_id for h in hits]
     assert same / len(texts) >= 0.9
 
