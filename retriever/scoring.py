@@ -168,17 +168,18 @@ def approximate_doc_scores(
     scores it. Returns (candidate doc keys, estimated scores).
     """
     if hit_windows is None:
-        groups, inverse = np.unique(hit_docs, return_inverse=True)
-        docs = groups
-    else:
-        pairs, inverse = np.unique(np.stack([hit_docs, hit_windows], axis=1), axis=0, return_inverse=True)
-        groups = pairs[:, 0]
-        docs, doc_of_group = np.unique(groups, return_inverse=True)
-    best = np.repeat(floor[:, None], len(groups), axis=1).astype(np.float32)
-    np.maximum.at(best, (query_of_hit, inverse.reshape(-1)), hit_scores)
-    scores = best.sum(axis=0)
-    if hit_windows is None:
-        return docs, scores
-    per_doc = np.full(len(docs), -np.inf, np.float32)
-    np.maximum.at(per_doc, doc_of_group.reshape(-1), scores)
-    return docs, per_doc
+        docs, inverse = np.unique(hit_docs, return_inverse=True)
+        return docs, _imputed_sums(hit_scores, query_of_hit, inverse.reshape(-1), floor, len(docs))
+    windows, inverse = np.unique(np.stack([hit_docs, hit_windows], axis=1), axis=0, return_inverse=True)
+    window_scores = _imputed_sums(hit_scores, query_of_hit, inverse.reshape(-1), floor, len(windows))
+    docs, doc_of_window = np.unique(windows[:, 0], return_inverse=True)
+    best = np.full(len(docs), -np.inf, np.float32)
+    np.maximum.at(best, doc_of_window.reshape(-1), window_scores)
+    return docs, best
+
+
+def _imputed_sums(hit_scores: np.ndarray, query_of_hit: np.ndarray, group_of_hit: np.ndarray, floor: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group, the sum over query vectors of each one's best hit in it (its floor where it has none)."""
+    best = np.repeat(floor[:, None], n_groups, axis=1).astype(np.float32)
+    np.maximum.at(best, (query_of_hit, group_of_hit), hit_scores)
+    return best.sum(axis=0)

@@ -264,7 +264,7 @@ class Searcher:
     def _search(self, queries: Sequence[str | Document], st: SearchSettings, exclude: Sequence[set[str]] | None,
                 within: Sequence[Sequence[str]] | None, allowed: list[np.ndarray | None]) -> list[list[Hit]]:
         k, level, where = st.k, st.level, st.where
-        window = self.window if st.window is None else st.window or None
+        search_window = self.window if st.window is None else st.window or None
         if st.bm25:
             return [self._lexical_hits(_text(q), k, exclude[qi] if exclude else set(), allowed, where) for qi, q in enumerate(queries)]
         if not self.shards:
@@ -289,6 +289,8 @@ class Searcher:
             rows = slice(start, start + sizes[qi])
             start += sizes[qi]
             skip = exclude[qi] if exclude else set()
+            # One query vector's best window holds its best unit: windows change nothing there.
+            window = search_window if len(e.vectors) > 1 else None
             if within is None:
                 chosen = self._candidates(len(e.vectors), [(s, *(part[rows] for part in h)) for s, h in enumerate(hits)],
                                           n_rerank + len(skip), window)
@@ -455,7 +457,8 @@ class Searcher:
             keys.append((np.int64(shard) << 32) | d[valid])
             scores.append(s[valid])
             query_of.append(np.nonzero(valid)[0])
-            windows.append(at[valid] // window if window else at[valid])
+            if window:
+                windows.append(at[valid] // window)
         keys_all = np.concatenate(keys) if keys else np.zeros(0, np.int64)
         if len(keys_all) == 0:
             return keys_all
@@ -465,7 +468,7 @@ class Searcher:
         floor = np.full(m, np.inf, dtype=np.float32)
         np.minimum.at(floor, query_all, scores_all)
         floor[~np.isfinite(floor)] = 0.0
-        hit_windows = np.concatenate(windows) if window and m > 1 else None
+        hit_windows = np.concatenate(windows) if window else None
         docs, approx = scoring.approximate_doc_scores(scores_all, keys_all, m, query_all, floor, hit_windows)
         return docs[np.argsort(-approx, kind="stable")[:n]]
 
@@ -520,8 +523,7 @@ class Searcher:
             for i, c in enumerate(out):
                 c.sim = alpha[None, bounds[i] : bounds[i + 1]]
         for c in out:
-            # One query vector's best window holds its best unit: the window changes nothing there.
-            c.score = scoring.maxsim(c.sim) if window is None or m == 1 else scoring.window_maxsim(c.sim, c.unit_sentences, window)
+            c.score = scoring.maxsim(c.sim) if window is None else scoring.window_maxsim(c.sim, c.unit_sentences, window)
         if first is not None and len(out) > first:
             place = {key: i for i, key in enumerate(chosen.tolist())}
             out.sort(key=lambda c: place[(c.shard << 32) | c.ordinal])
