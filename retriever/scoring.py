@@ -95,10 +95,31 @@ def window_maxsim(sim: np.ndarray, unit_sentences: np.ndarray, window: int) -> f
     (`sentence_windows`). MaxSim over a whole document grows with its
     length, since every query vector takes its best of all the document's
     vectors; a window bounds that, as a passage does for ColBERT."""
-    if sim.shape[1] == 0:
-        return float("-inf")
-    groups, n = sentence_windows(unit_sentences, window)
-    return float(group_maxsim(sim, groups, n).max())
+    return float(window_maxsims(sim, [unit_sentences], window)[0])
+
+
+def window_maxsims(sim: np.ndarray, unit_sentences: Sequence[np.ndarray], window: int) -> np.ndarray:
+    """`window_maxsim` of each of several documents whose columns lie side by
+    side in `sim`, in order: (documents,), -inf for a document without
+    units. Every window of every document is one group of a single
+    `group_maxsim`: stage 2 scores its candidates in one call, where one
+    call per document spent more in numpy's per-call overhead than in the
+    arithmetic (32 SciFact documents: 3.1 of a query's 38 ms)."""
+    groups, counts, offset = [], [], 0
+    for us in unit_sentences:
+        g, n = sentence_windows(us, window)
+        groups.append(g + offset)
+        counts.append(n)
+        offset += n
+    out = np.full(len(counts), -np.inf, dtype=np.float32)
+    if not offset:
+        return out
+    best = group_maxsim(sim, np.concatenate(groups), offset)
+    counts_arr = np.asarray(counts)
+    has = counts_arr > 0
+    # A document's windows are consecutive groups: its best is one reduceat segment.
+    out[has] = np.maximum.reduceat(best, (np.cumsum(counts_arr) - counts_arr)[has])
+    return out
 
 
 def group_maxsim(sim: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:

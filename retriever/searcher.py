@@ -494,7 +494,7 @@ class Searcher:
         the best `n_rerank`. With `first`, `chosen` is in stage 1's order and
         its first `first` documents (once `exclude` is out) rank ahead of the
         rest, each group best first: a page is the same whatever k. With
-        `window`, a document's score is its best window's (scoring.window_maxsim)."""
+        `window`, a document's score is its best window's (scoring.window_maxsims)."""
         m = len(q)
         by_shard: dict[int, list[int]] = {}
         for key in chosen.tolist():
@@ -522,8 +522,13 @@ class Searcher:
             bounds = np.cumsum([0] + [c.sim.shape[1] for c in out])
             for i, c in enumerate(out):
                 c.sim = alpha[None, bounds[i] : bounds[i + 1]]
-        for c in out:
-            c.score = scoring.maxsim(c.sim) if window is None else scoring.window_maxsim(c.sim, c.unit_sentences, window)
+        if window is None:
+            for c in out:
+                c.score = scoring.maxsim(c.sim)
+        elif out:
+            scores = scoring.window_maxsims(np.concatenate([c.sim for c in out], axis=1), [c.unit_sentences for c in out], window)
+            for c, score in zip(out, scores.tolist()):
+                c.score = score
         if first is not None and len(out) > first:
             place = {key: i for i, key in enumerate(chosen.tolist())}
             out.sort(key=lambda c: place[(c.shard << 32) | c.ordinal])

@@ -103,6 +103,24 @@ def test_window_maxsim_is_the_best_windows_maxsim_and_whole_maxsim_for_a_wide_wi
     assert window_maxsim(sim[:, :0], sentences[:0], 8) == float("-inf")
 
 
+def test_window_maxsims_of_documents_side_by_side_equal_each_scored_alone():
+    from propdex.retriever.scoring import maxsim, window_maxsims
+
+    rng = np.random.default_rng(1)
+    # Three documents, the middle one without units; units start in sentences out of order in the last.
+    docs = [np.repeat(np.arange(5), [3, 1, 4, 2, 3]), np.zeros(0, np.int64), np.array([2, 0, 1, 1, 0, 2, 3])]
+    sentences = [np.stack([f, f], axis=1) for f in docs]
+    sim = rng.standard_normal((4, sum(len(f) for f in docs))).astype(np.float32)
+    bounds = np.cumsum([0] + [len(f) for f in docs])
+    got = window_maxsims(sim, sentences, 4)
+    alone = [window_maxsims(sim[:, a:b], [s], 4)[0] for a, b, s in zip(bounds[:-1], bounds[1:], sentences)]
+    np.testing.assert_allclose(got, alone, rtol=1e-6)
+    assert got[1] == float("-inf")
+    # Windows of 4 units over the first document: sentences {0, 1} (4 units), {2} (4), {3, 4} (5 > 4: a window each).
+    first = sim[:, :13]
+    assert got[0] == pytest.approx(max(maxsim(first[:, 0:4]), maxsim(first[:, 4:8]), maxsim(first[:, 8:10]), maxsim(first[:, 10:13])))
+
+
 def test_stage1_estimate_per_window_takes_a_documents_best_window():
     from propdex.retriever.scoring import approximate_doc_scores
 
