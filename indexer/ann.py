@@ -44,12 +44,29 @@ BACKENDS = ("faiss", "hnsw")
 FLAT_BELOW = 50_000  # vectors; under this, exact search is cheap and training would overfit
 
 
+_threads: int | None = None  # set_threads' value; None: OpenMP's default (every core)
+
+
 def set_threads(n: int) -> None:
     """FAISS's OpenMP threads for this process (a search's own parallelism;
-    concurrent searches want 1 each, or they spin against each other)."""
+    concurrent searches want 1 each, or they spin against each other).
+
+    OpenMP keeps the setting per thread, and a thread that never made it
+    starts from the core count: a searcher's shard pool and a server's
+    request threads would search with every core whatever was set here. So
+    the value is kept, and each thread that searches applies it
+    (`apply_threads`)."""
+    global _threads
     if n < 1:
         raise ValueError(f"threads must be at least 1, got {n}")
+    _threads = n
     faiss.omp_set_num_threads(n)
+
+
+def apply_threads() -> None:
+    """Make `set_threads`' value hold in the calling thread (nothing where it was never called)."""
+    if _threads is not None:
+        faiss.omp_set_num_threads(_threads)
 
 
 CODE_BYTES = 100  # store="codes": bytes a vector, all in, that the default codes fill
@@ -282,6 +299,7 @@ def search(index: Any, queries: np.ndarray, k: int, nprobe: int, allowed: np.nda
     x = np.ascontiguousarray(queries, dtype=np.float32)
     if isinstance(index, HnswIndex):
         return index.search(x, k, allowed)
+    apply_threads()
     selector = None
     if allowed is not None:
         # A local: FAISS reads the bitmap through a raw pointer while it searches.
@@ -420,7 +438,7 @@ class HnswIndex:
         keep = None if allowed is None else (lambda label: bool(allowed[label]))
         while True:
             try:
-                labels, distances = self.index.knn_query(queries, k=k, filter=keep)
+                labels, distances = self.index.knn_query(queries, k=k, filter=keep, num_threads=_threads or -1)
                 return 1.0 - distances, labels.astype(np.int64)  # hnswlib 'ip' distance is 1 - <q, x>
             except RuntimeError:  # a filter the graph walk could not satisfy k times over
                 if k == 1:

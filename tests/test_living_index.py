@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from propdex.indexer.build import IndexWriter
 from propdex.indexer.readers import read_corpus
 from propdex.retriever import Searcher
 from propdex.retriever import searcher as searcher_module
+from propdex.retriever.searcher import set_threads
 
 SCIFACT = DATA / "beir" / "scifact"
 QUERIES = ["cell membrane proteins", "cancer risk in children", "vitamin D deficiency", "brain white matter development"]
@@ -420,8 +422,33 @@ def test_threads_are_set_for_the_process_when_asked(tmp_path, encoder):
         with pytest.raises(ValueError, match="threads must be at least 1"):
             Searcher.load(tmp_path / "i", encoder=encoder, threads=0)
     finally:
-        faiss.omp_set_num_threads(before[0])
+        set_threads(before[0])
         torch.set_num_threads(before[1])
+
+
+def test_threads_hold_in_the_shard_pool_and_in_other_threads_that_search(tmp_path, encoder):
+    """OpenMP keeps its thread count per thread: the setting must reach the
+    searcher's shard pool and a server's request threads, which never made
+    it themselves (before, both searched with every core)."""
+    import faiss
+
+    IndexWriter(tmp_path / "i", encoder, shard_docs=3).build(_docs(7))
+    before = faiss.omp_get_max_threads()
+    try:
+        with Searcher.load(tmp_path / "i", encoder=encoder, threads=1) as s:
+            assert len(s.shards) == 3
+            seen: list[tuple[int, int]] = []
+
+            def request() -> None:
+                assert s.search(QUERIES[0], k=2)
+                seen.append((faiss.omp_get_max_threads(), s._pool.submit(faiss.omp_get_max_threads).result()))
+
+            t = threading.Thread(target=request)
+            t.start()
+            t.join()
+            assert seen == [(1, 1)]
+    finally:
+        set_threads(before)
 
 
 def test_a_one_vector_query_probes_more_lists_than_each_vector_of_many(tmp_path, tiny, monkeypatch):
