@@ -13,7 +13,7 @@
    eager torch, and how far each runtime's vectors are from torch's.
 6. With `--peers` (eval.peers): propdex, exact MaxSim and each peer
    (colbert-plaid; fast-plaid in its own environment, on --device) on the
-   same token vectors, queries and threads:
+   same token vectors, queries, threads and query encoder (`--query-runtime`):
    nDCG@10, bytes per vector all in, p50/p95, build seconds, peak RSS;
    `--also` adds other propdex indexes of the corpus (another store or factory).
 7. `--sections scale` (eval.scale, hours on a CPU: never by default):
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from propdex.encoders import encoder_from_config, load_encoder
+from propdex.encoders import RUNTIMES, encoder_from_config, load_encoder
 from propdex.indexer.build import IndexWriter, peak_rss_mb
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.readers import read_corpus
@@ -203,6 +203,8 @@ def add_commands(sub) -> None:
     p.add_argument("--fast-plaid-python", default=sys.executable,
                    help="the Python of an environment with fast-plaid (it pins torch==2.11.0) (default: this one)")
     p.add_argument("--threads", type=int, help="threads for every system side by side (default: one per core)")
+    p.add_argument("--query-runtime", default="torch", choices=RUNTIMES,
+                   help="with --peers: what runs the query encoder's backbone, the same for every system side by side")
     p.add_argument("--also", type=Path, action="append", default=[],
                    help="with --peers: another propdex index of --corpus measured beside (another --store or --factory); repeatable")
     p.add_argument("--work", type=Path, default=Path("runs/bench"), help="where the bench builds its indexes")
@@ -260,7 +262,7 @@ def _run(args) -> int:
         task = load_beir(args.corpus)
         result |= side_by_side(index, [(q.id, q.text) for q in task.queries], task.qrels, peers,
                                args.threads or torch.get_num_threads(), args.work / "peers", also=args.also,
-                               fast_plaid_python=args.fast_plaid_python, device=args.device)
+                               fast_plaid_python=args.fast_plaid_python, device=args.device, runtime=args.query_runtime)
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

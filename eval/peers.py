@@ -102,20 +102,23 @@ def importable(python: str, module: str) -> bool:
 
 def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], peers: list[str],
                  threads: int, work: Path, also: list[Path] = (), fast_plaid_python: str = sys.executable,
-                 device: str = "auto") -> dict[str, Any]:
+                 device: str = "auto", runtime: str = "torch") -> dict[str, Any]:
     """{"systems": {"propdex": {...}, peer: {...}}, "exact": {...}, "skipped": {peer: why}, "threads": n}.
 
     `also`: more propdex indexes of the same corpus (another store or
     factory), each a system named by its settings, `propdex:store=codes:factory=...`.
-    `fast_plaid_python`, `device`: the interpreter and device fast-plaid runs on."""
+    `fast_plaid_python`, `device`: the interpreter and device fast-plaid runs on.
+    `runtime`: what runs the query encoder's backbone, the same for every
+    system (torch, onnx, onnx-int8): the systems share one query encoder,
+    so only their search differs."""
     if store_of(read_manifest(index)) != "float16":
         raise ValueError(f"bench --peers: {index} keeps no float16 vectors, and exact MaxSim and the peers are built from them; "
                          f"give an index built with --store float16, and this one with --also")
     skipped = missing_peers(peers, fast_plaid_python)
     for peer, why in skipped.items():
         log.warning("skipping peer %s: %s", peer, why)
-    common = {"index": str(index), "queries": queries, "qrels": qrels, "threads": threads}
-    result: dict[str, Any] = {"systems": {}, "exact": None, "skipped": skipped, "threads": threads}
+    common = {"index": str(index), "queries": queries, "qrels": qrels, "threads": threads, "runtime": runtime}
+    result: dict[str, Any] = {"systems": {}, "exact": None, "skipped": skipped, "threads": threads, "query_runtime": runtime}
     result["systems"]["propdex"] = in_child(measure_propdex, **common)
     result["systems"]["propdex:window=0"] = in_child(measure_propdex, **common, window=0)
     for other in also:
@@ -154,16 +157,17 @@ def in_child(fn: Callable[..., dict[str, Any]], **kwargs) -> dict[str, Any]:
 
 
 def measure_propdex(index: str, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], threads: int,
-                    window: int | None = None) -> dict[str, Any]:
+                    window: int | None = None, runtime: str = "torch") -> dict[str, Any]:
     """`window`: the search option (None: the index's default, 0: whole documents)."""
     index = Path(index)
 
     manifest = read_manifest(index)
-    encoder = encoder_from_config(manifest["encoder"], device="cpu")
+    encoder = encoder_from_config(manifest["encoder"], device="cpu", runtime=runtime)
     with Searcher.load(index, encoder=encoder, threads=threads) as searcher:
         run, times = timed(queries, lambda text: [(h.doc_id, h.score) for h in searcher.search(text, k=10, window=window)])
         window = searcher.window if window is None else window
     return {
+        "query_runtime": encoder.backbone.runtime,
         "window": window,
         **_quality_and_latency(run, qrels, times),
         "bytes_per_vector": all_in_bytes(index, manifest, encoder.dim) / manifest["counts"]["vectors"],
@@ -174,7 +178,7 @@ def measure_propdex(index: str, queries: list[tuple[str, str]], qrels: dict[str,
 
 
 def measure_exact(index: str, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], threads: int,
-                  budget_mb: int = 512) -> dict[str, Any]:
+                  budget_mb: int = 512, runtime: str = "torch") -> dict[str, Any]:
     """MaxSim of each query over every live document, exactly, in float32.
     Time is reported for the whole scan (encoding included), per query: the
     reference answers all queries in one pass, so it has no per-query latency."""
@@ -183,7 +187,7 @@ def measure_exact(index: str, queries: list[tuple[str, str]], qrels: dict[str, d
     torch.set_num_threads(threads)
     index = Path(index)
     manifest = read_manifest(index)
-    encoder = encoder_from_config(manifest["encoder"], device="cpu")
+    encoder = encoder_from_config(manifest["encoder"], device="cpu", runtime=runtime)
     started = time.perf_counter()
     qv = [encoder.encode_queries([text])[0].vectors.astype(np.float32) for _, text in queries]
     ranked: list[list[tuple[float, str]]] = [[] for _ in queries]
@@ -202,6 +206,7 @@ def measure_exact(index: str, queries: list[tuple[str, str]], qrels: dict[str, d
     elapsed = time.perf_counter() - started
     run = {qid: rank_scores(doc_id for _, doc_id in sorted(hits, key=lambda h: (-h[0], h[1]))[:10]) for (qid, _), hits in zip(queries, ranked)}
     return {
+        "query_runtime": encoder.backbone.runtime,
         "nDCG@10": round(beir_metrics(run, qrels)["nDCG@10"], 4), "queries": len(queries),
         "p50_ms": None, "p95_ms": None, "scan_ms_per_query": round(1000 * elapsed / len(queries), 1),
         "bytes_per_vector": 4 * encoder.dim, "build_s": 0.0, "peak_rss_mb": peak_rss_mb(),
@@ -239,7 +244,7 @@ def maxsim_every_document(queries: list[np.ndarray], store: ShardStore, budget_m
 
 
 def measure_plaid(index: str, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], threads: int,
-                  out: str) -> dict[str, Any]:
+                  out: str, runtime: str = "torch") -> dict[str, Any]:
     import torch
     from colbert.infra.config import ColBERTConfig
     from colbert.modeling.colbert import ColBERT
@@ -249,7 +254,7 @@ def measure_plaid(index: str, queries: list[tuple[str, str]], qrels: dict[str, d
     torch.set_num_threads(threads)
     index, out = Path(index), Path(out)
     manifest = read_manifest(index)
-    encoder = encoder_from_config(manifest["encoder"], device="cpu")
+    encoder = encoder_from_config(manifest["encoder"], device="cpu", runtime=runtime)
     started = time.time()
     doc_ids = build_plaid(index, manifest, out)
     build_s = time.time() - started
@@ -265,6 +270,7 @@ def measure_plaid(index: str, queries: list[tuple[str, str]], qrels: dict[str, d
     run, times = timed(queries, search)
     files = [f for f in out.iterdir() if f.suffix == ".pt" or f.name.startswith("doclens.")]
     return {
+        "query_runtime": encoder.backbone.runtime,
         **_quality_and_latency(run, qrels, times),
         "bytes_per_vector": sum(f.stat().st_size for f in files) / manifest["counts"]["vectors"],
         "build_s": round(build_s, 3),
@@ -357,13 +363,13 @@ def _chunks(stores: list, docs: int = 1024):
 
 
 def measure_fast_plaid(index: str, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], threads: int,
-                       out: str, python: str, device: str) -> dict[str, Any]:
+                       out: str, python: str, device: str, runtime: str = "torch") -> dict[str, Any]:
     """fast-plaid over the index's vectors, built and searched by eval/fast_plaid_peer.py under `python`."""
     import shutil
 
     index, out = Path(index), Path(out)
     manifest = read_manifest(index)
-    encoder = encoder_from_config(manifest["encoder"], device="cpu")
+    encoder = encoder_from_config(manifest["encoder"], device="cpu", runtime=runtime)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     doc_ids = write_vectors(index, manifest, out)
@@ -383,6 +389,7 @@ def measure_fast_plaid(index: str, queries: list[tuple[str, str]], qrels: dict[s
     peer = json.loads((out / "result.json").read_text())
     run = {qid: rank_scores(doc_ids[p] for p, _ in hits) for (qid, _), hits in zip(queries, peer["ranked"])}
     return {
+        "query_runtime": encoder.backbone.runtime,
         **_quality_and_latency(run, qrels, [e + s for e, s in zip(encode_ms, peer["search_ms"])]),
         "search_p50_ms": latency(peer["search_ms"])["p50_ms"],
         "bytes_per_vector": peer["index_bytes"] / manifest["counts"]["vectors"],

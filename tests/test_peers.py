@@ -35,9 +35,14 @@ def test_bench_side_by_side_skips_a_peer_that_is_not_installed(tmp_path, monkeyp
     out, codes = tmp_path / "bench.json", tmp_path / "codes"
     assert main(["-q", "index", str(corpus), "--encoder", "tokens", "--store", "codes", "--out", str(codes)]) == 0
     nowhere = str(tmp_path / "no-env" / "bin" / "python")
+    monkeypatch.setenv("PROPDEX_CACHE", str(tmp_path / "cache"))  # the ONNX export, made once for every system's process
     assert main(["bench", "--corpus", str(corpus), "--sections", "", "--peers", "colbert-plaid,fast-plaid", "--threads", "1",
-                 "--fast-plaid-python", nowhere, "--work", str(tmp_path / "work"), "--also", str(codes), "--out", str(out)]) == 0
+                 "--fast-plaid-python", nowhere, "--work", str(tmp_path / "work"), "--also", str(codes), "--out", str(out),
+                 "--query-runtime", "onnx"]) == 0
     result = json.loads(out.read_text())
+    # Every system encodes its queries on the runtime asked for, so only their search differs.
+    assert result["query_runtime"] == "onnx"
+    assert {e["query_runtime"] for e in [*result["systems"].values(), result["exact"]]} == {"onnx"}
     assert "skipping peer colbert-plaid: colbert is not installed" in caplog.text
     assert f"skipping peer fast-plaid: fast_plaid is not importable by {nowhere}" in caplog.text
     assert result["skipped"]["colbert-plaid"] == "colbert is not installed (pip install 'propdex[bench]')"
