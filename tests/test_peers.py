@@ -53,6 +53,7 @@ def test_bench_side_by_side_skips_a_peer_that_is_not_installed(tmp_path, monkeyp
         assert set(entry) >= {"nDCG@10", "bytes_per_vector", "p50_ms", "p95_ms", "build_s", "peak_rss_mb"}
         assert 0 < entry["nDCG@10"] <= 1 and entry["peak_rss_mb"] > 100
     assert result["systems"]["propdex"]["p50_ms"] <= result["systems"]["propdex"]["p95_ms"]
+    assert 0 < result["systems"]["propdex"]["query_encode_p50_ms"] < result["systems"]["propdex"]["p50_ms"]
     assert result["exact"]["scan_ms_per_query"] > 0
     # A tiny corpus gets a Flat index: two stages re-score every candidate exactly, so whole documents agree with exact MaxSim.
     assert result["systems"]["propdex"]["factory"] == "Flat"
