@@ -10,6 +10,7 @@ from pathlib import Path
 
 import lmdb
 
+from propdex.encoders import RUNTIMES
 from propdex.encoders.training import cli as training_cli
 from propdex.eval import bench, loadtest
 from propdex.eval import run as eval_run
@@ -44,6 +45,8 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
                    help="FAISS and torch threads per worker (default 1: concurrent requests are the parallelism, and on 2 cores "
                         "one thread served single queries 1.8x faster, eval/RESULTS.md 'Serving'; 0: their own default, one per core)")
     p.add_argument("--device", default="auto")
+    p.add_argument("--runtime", default="torch", choices=RUNTIMES,
+                   help="what runs the query encoder's backbone on a CPU (onnx: about half eager torch's time a query)")
     p.set_defaults(run=run_serve)
 
 
@@ -56,7 +59,8 @@ def run_serve(args: argparse.Namespace) -> int:
         from propdex.serve import serve
     except ImportError as e:
         raise ValueError(f"propdex serve needs the [serve] extra (pip install 'propdex[serve]'): {e}") from None
-    serve(args.index, host=args.host, port=args.port, workers=args.workers, token=args.token, device=args.device, threads=args.threads or None)
+    serve(args.index, host=args.host, port=args.port, workers=args.workers, token=args.token, device=args.device, threads=args.threads or None,
+          runtime=args.runtime)
     return 0
 
 

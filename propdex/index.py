@@ -98,13 +98,15 @@ class Index:
         return cls(path, encoder)
 
     @classmethod
-    def open(cls, path: str | Path, *, device: str = "auto", nprobe: int | None = None, threads: int | None = None) -> "Index":
+    def open(cls, path: str | Path, *, device: str = "auto", nprobe: int | None = None, threads: int | None = None,
+             runtime: str = "torch") -> "Index":
         """The index at `path`, with the encoder it was built with; `threads`
-        sets the process's FAISS and torch threads (see Searcher.load)."""
+        sets the process's FAISS and torch threads, `runtime` what runs the
+        query encoder's backbone (see Searcher.load)."""
         if threads is not None:
             set_threads(threads)
         manifest = read_manifest(Path(path))
-        return cls(path, encoder_from_config(manifest["encoder"], device=device), nprobe=nprobe)
+        return cls(path, encoder_from_config(manifest["encoder"], device=device, runtime=runtime), nprobe=nprobe)
 
     def refresh(self) -> "Index":
         """Search the index's latest commit from now on."""

@@ -108,7 +108,7 @@ def create_app(index: Index, token: str | None = None) -> FastAPI:
 
     @app.get("/v1/info")
     def info() -> dict[str, Any]:
-        return summary(index.path)
+        return summary(index.path) | {"query_runtime": index.encoder.backbone.runtime}
 
     @app.get("/v1/search")
     def search_one(q: str = Query(..., description="the query"), k: int = Query(10, ge=1, le=MAX_K), level: str = "doc",
@@ -166,20 +166,22 @@ def app_from_env() -> FastAPI:
     """The app for uvicorn's workers: the index and token come from the environment."""
     path = os.environ["PROPDEX_SERVE_INDEX"]
     threads = os.environ.get("PROPDEX_SERVE_THREADS")
-    index = Index.open(Path(path), device=os.environ.get("PROPDEX_SERVE_DEVICE", "auto"), threads=int(threads) if threads else None)
+    index = Index.open(Path(path), device=os.environ.get("PROPDEX_SERVE_DEVICE", "auto"), threads=int(threads) if threads else None,
+                       runtime=os.environ.get("PROPDEX_SERVE_RUNTIME", "torch"))
     return create_app(index, token=os.environ.get("PROPDEX_TOKEN") or None)
 
 
 def serve(path: Path, host: str = "127.0.0.1", port: int = 8000, workers: int = 1, token: str | None = None,
-          device: str = "auto", threads: int | None = None) -> None:
+          device: str = "auto", threads: int | None = None, runtime: str = "torch") -> None:
     import uvicorn
 
     if threads is not None:
         os.environ["PROPDEX_SERVE_THREADS"] = str(threads)
 
-    Index.open(path, device="cpu").close()  # a missing or damaged index is an error here, before any worker starts
+    Index.open(path, device="cpu", runtime=runtime).close()  # a missing or damaged index (or runtime) is an error here, before any worker starts
     os.environ["PROPDEX_SERVE_INDEX"] = str(Path(path).resolve())
     os.environ["PROPDEX_SERVE_DEVICE"] = device
+    os.environ["PROPDEX_SERVE_RUNTIME"] = runtime
     if token:
         os.environ["PROPDEX_TOKEN"] = token
     uvicorn.run("propdex.serve:app_from_env", factory=True, host=host, port=port, workers=workers, log_level="warning")

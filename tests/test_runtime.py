@@ -100,6 +100,12 @@ def test_search_with_onnx_queries_finds_what_torch_indexed(tmp_path, minilm, onn
     with Searcher.load(tmp_path / "idx", device="cpu", runtime="onnx") as searcher:
         assert searcher.encoder.backbone.runtime == "onnx"
         assert searcher.search(query, k=1)[0].doc_id == doc.id
+    # The library's front door (and `propdex serve --runtime`, which opens the index through it) takes it too.
+    import propdex
+
+    with propdex.Index.open(tmp_path / "idx", device="cpu", runtime="onnx") as index:
+        assert index.encoder.backbone.runtime == "onnx"
+        assert index.search(query, k=1)[0].doc_id == doc.id
 
 
 def test_bad_runtimes_fail_with_one_line():

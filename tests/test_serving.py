@@ -69,11 +69,27 @@ def server(tmp_path_factory, tiny_dir):
     proc.wait(timeout=30)
 
 
+def test_serve_runtime_onnx_encodes_queries_there_and_ranks_as_torch(tmp_path, tiny_dir, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("PROPDEX_CACHE", str(tmp_path / "cache"))  # the server's ONNX export goes here, not to ~/.cache
+    directory = _served_index(tmp_path / "idx", tiny_dir, 20)
+    with propdex.Index.open(directory, device="cpu") as index:
+        want = [h.doc_id for h in index.search("American film director", k=5)]
+    proc, url = _start(directory, "--runtime", "onnx")
+    try:
+        assert httpx.get(f"{url}/v1/info").json()["query_runtime"] == "onnx"
+        got = httpx.get(f"{url}/v1/search", params={"q": "American film director", "k": 5}).json()
+        assert [h["doc_id"] for h in got["results"]] == want
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def test_every_route(server):
     health = httpx.get(f"{server}/healthz").json()
     assert health["status"] == "ok" and health["documents"] == 60
     info = httpx.get(f"{server}/v1/info").json()
-    assert info["documents"] == 60 and info["problems"] == [] and info["encoder"]["name"] == "tokens"
+    assert info["documents"] == 60 and info["problems"] == [] and info["encoder"]["name"] == "tokens" and info["query_runtime"] == "torch"
 
     one = httpx.get(f"{server}/v1/search", params={"q": "American film director", "k": 3}).json()
     assert one["query"] == "American film director" and len(one["results"]) == 3
