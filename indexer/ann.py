@@ -77,11 +77,15 @@ CODES_FILE = "index.codes"  # a shard's standalone codes (store="codes" over IVF
 def default_factory(n_vectors: int, dim: int, store: str = "float16", code_bytes: int = CODE_BYTES) -> str:
     """Flat for tiny corpora, else IVF + PQ.
 
-    Beside a float16 copy (`store="float16"`), PQ codes of dim/4 bytes only
-    route stage 1, which stage 2 re-scores exactly: nlist ~ 4 sqrt(N), no
-    OPQ rotation, whose training costs minutes (324 s against 46 s for
-    IVF4096,PQ96 on SciFact `tokens`, 2 cores). When stage 2 reads the
-    codes (`store="codes"`), they are what it scores: `codes_factory`.
+    Beside a float16 copy (`store="float16"`), PQ codes only route stage
+    1, which stage 2 re-scores exactly: nlist ~ 4 sqrt(N), no OPQ rotation,
+    whose training costs minutes (324 s against 46 s for IVF4096,PQ96 on
+    SciFact `tokens`, 2 cores), and 4-bit codes of 4 dimensions each
+    (dim/8 bytes) that FAISS scans with SIMD (`x4fs`, fast scan): a
+    multi-vector query scans ~100k codes, and 8-bit PQ96 took about 10 of
+    a SciFact query's 34 ms there, at one thread, for the same nDCG@10
+    (eval/RESULTS.md, "Fast-scan codes for stage 1"). When stage 2 reads
+    the codes (`store="codes"`), they are what it scores: `codes_factory`.
     """
     if n_vectors < FLAT_BELOW:
         return "Flat"
@@ -89,7 +93,7 @@ def default_factory(n_vectors: int, dim: int, store: str = "float16", code_bytes
         return codes_factory(n_vectors, dim, code_bytes)
     nlist = _lists(n_vectors, 4 * math.sqrt(n_vectors))
     m = max(d for d in range(1, dim // 4 + 1) if dim % d == 0)  # sub-quantizers must divide dim
-    return f"IVF{nlist},PQ{m}"
+    return f"IVF{nlist},PQ{m}x4fs"
 
 
 def codes_factory(n_vectors: int, dim: int, code_bytes: int = CODE_BYTES) -> str:

@@ -262,8 +262,8 @@ def test_default_candidates_name_enough_documents_for_a_one_vector_query():
 
 def test_default_factory_scales_with_the_corpus():
     assert ann.default_factory(1_000, 384) == "Flat"
-    assert ann.default_factory(1_000_000, 384) == "IVF4096,PQ96"
-    assert ann.default_factory(200_000, 64) == "IVF2048,PQ16"
+    assert ann.default_factory(1_000_000, 384) == "IVF4096,PQ96x4fs"
+    assert ann.default_factory(200_000, 64) == "IVF2048,PQ16x4fs"
     factory = ann.default_factory(60_000, 384)
     nlist = int(factory.split(",")[0][3:])
     assert 60_000 // nlist >= 39

@@ -172,8 +172,8 @@ def test_store_is_checked_and_kept_by_later_writers(tmp_path, tiny):
 
 
 def test_codes_that_stage_two_scores_get_an_opq_rotation_by_default():
-    # Codes that only route stage 1 (beside the float16 copy): dim/4 bytes, no rotation.
-    assert ann.default_factory(1_407_293, 384) == "IVF4096,PQ96"
+    # Codes that only route stage 1 (beside the float16 copy): dim/8 bytes of fast-scan codes, no rotation.
+    assert ann.default_factory(1_407_293, 384) == "IVF4096,PQ96x4fs"
     # Codes that stage 2 scores fill the byte budget: ~80% of the rotated dims kept, >= 4 a code, ~sqrt(N) lists.
     assert ann.default_factory(1_407_293, 384, "codes") == "OPQ96,IVF1024,PQ96"  # at most dim/4 codes
     assert ann.default_factory(610_000, 384, "codes") == "OPQ93_372,IVF1024,PQ93"
