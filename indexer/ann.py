@@ -82,10 +82,13 @@ def default_factory(n_vectors: int, dim: int, store: str = "float16", code_bytes
     whose training costs minutes (324 s against 46 s for IVF4096,PQ96 on
     SciFact `tokens`, 2 cores), and 4-bit codes of 4 dimensions each
     (dim/8 bytes) that FAISS scans with SIMD (`x4fs`, fast scan): a
-    multi-vector query scans ~100k codes, and 8-bit PQ96 took about 10 of
-    a SciFact query's 34 ms there, at one thread, for the same nDCG@10
-    (eval/RESULTS.md, "Fast-scan codes for stage 1"). When stage 2 reads
-    the codes (`store="codes"`), they are what it scores: `codes_factory`.
+    multi-vector query scans ~100k codes, and against 8-bit PQ96 the p50
+    at one thread fell from 31.9 to 22.6 ms on SciFact `tokens` (ONNX
+    queries, whole documents; nDCG@10
+    70.81 and 70.73) and from 42.5 to 36.4 ms on HotpotQA-600 (R@10 87.08
+    and 87.42) (eval/RESULTS.md, "Stage 1 on fast-scan codes"). When stage
+    2 reads the codes (`store="codes"`), they are what it scores:
+    `codes_factory`.
     """
     if n_vectors < FLAT_BELOW:
         return "Flat"
