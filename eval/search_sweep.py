@@ -34,7 +34,8 @@ def parse_setting(text: str) -> dict[str, int]:
         raise ValueError(f"a setting is 'default' or name=integer,...; got {text!r}") from None
 
 
-def sweep(task_name: str, path: str, index: Path, settings: list[str], threads: int, split: str = "test") -> dict[str, Any]:
+def sweep(task_name: str, path: str, index: Path, settings: list[str], threads: int, split: str = "test",
+          runtime: str = "torch") -> dict[str, Any]:
     from propdex.encoders import encoder_from_config
     from propdex.indexer.manifest import read_manifest
     from propdex.indexer.settings import store_of
@@ -46,7 +47,7 @@ def sweep(task_name: str, path: str, index: Path, settings: list[str], threads: 
 
     task = load_task(task_name, path, None, split)
     manifest = read_manifest(index)
-    encoder = encoder_from_config(manifest["encoder"], device="cpu")
+    encoder = encoder_from_config(manifest["encoder"], device="cpu", runtime=runtime)
     rows = {}
     with Searcher.load(index, encoder=encoder, threads=threads) as searcher:
         for setting in settings:
@@ -61,7 +62,7 @@ def sweep(task_name: str, path: str, index: Path, settings: list[str], threads: 
             rows[setting] = {k: round(100 * v, 2) for k, v in quality.items()} | latency(times)
             print(setting, json.dumps(rows[setting]), flush=True)
     return {"task": task.name, "index": str(index), "factory": manifest["index"]["factory"],
-            "store": store_of(manifest), "threads": threads, "split": split, "queries": len(task.queries), "settings": rows}
+            "store": store_of(manifest), "threads": threads, "query_runtime": runtime, "split": split, "queries": len(task.queries), "settings": rows}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--settings", nargs="+", default=["default"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--split", default="test", help="BEIR queries to search: test, or train to choose settings on queries no table reports")
+    p.add_argument("--runtime", default="torch", help="what runs the query encoder's backbone: torch, onnx, onnx-int8")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     for setting in args.settings:
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     from .run import run_versions
 
     result = {"command": "python -m propdex.eval.search_sweep " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
-              "versions": run_versions(), **sweep(args.task, args.path, args.index, args.settings, args.threads, args.split)}
+              "versions": run_versions(), **sweep(args.task, args.path, args.index, args.settings, args.threads, args.split, args.runtime)}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
 

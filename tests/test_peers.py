@@ -211,7 +211,7 @@ def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs
     assert manifest.stat().st_mtime_ns == before
 
 
-def test_search_sweep_measures_each_setting_on_one_index_and_refuses_a_malformed_one(tmp_path):
+def test_search_sweep_measures_each_setting_on_one_index_and_refuses_a_malformed_one(tmp_path, monkeypatch):
     from propdex.eval.search_sweep import main as sweep, parse_setting
 
     with pytest.raises(ValueError, match="name=integer"):
@@ -220,9 +220,11 @@ def test_search_sweep_measures_each_setting_on_one_index_and_refuses_a_malformed
     questions.write_text(json.dumps(json.loads((DATA / "hotpotqa" / "hotpot_dev_distractor_600.json").read_text())[:6]))
     index, out = tmp_path / "index", tmp_path / "sweep.json"
     assert main(["-q", "index", str(questions), "--encoder", "tokens", "--out", str(index)]) == 0
-    sweep(["hotpotqa", str(questions), str(index), "--settings", "default", "k=1", "k=2", "--out", str(out)])
+    monkeypatch.setenv("PROPDEX_CACHE", str(tmp_path / "cache"))
+    sweep(["hotpotqa", str(questions), str(index), "--settings", "default", "k=1", "k=2", "--runtime", "onnx", "--out", str(out)])
     result = json.loads(out.read_text())
     assert result["command"].startswith("python -m propdex.eval.search_sweep hotpotqa") and result["threads"] == 1
+    assert result["query_runtime"] == "onnx" and list((tmp_path / "cache" / "onnx").iterdir())  # the queries went through the export
     rows = result["settings"]
     assert set(rows) == {"default", "k=1", "k=2"} and all(r["p50_ms"] <= r["p95_ms"] for r in rows.values())
     # A top 10's first two hits are the top 2: Recall@2 reads the head of the ranking, not its tail.
