@@ -84,11 +84,10 @@ def default_factory(n_vectors: int, dim: int, store: str = "float16", code_bytes
     (dim/8 bytes) that FAISS scans with SIMD (`x4fs`, fast scan): a
     multi-vector query scans ~100k codes, and against 8-bit PQ96 the p50
     at one thread fell from 31.9 to 22.6 ms on SciFact `tokens` (ONNX
-    queries, whole documents; nDCG@10
-    70.81 and 70.73) and from 42.5 to 36.4 ms on HotpotQA-600 (R@10 87.08
-    and 87.42) (eval/RESULTS.md, "Stage 1 on fast-scan codes"). When stage
-    2 reads the codes (`store="codes"`), they are what it scores:
-    `codes_factory`.
+    queries, whole documents; nDCG@10 70.81 and 70.73) and from 42.5 to
+    36.4 ms on HotpotQA-600 (R@10 87.08 and 87.42) (eval/RESULTS.md,
+    "Stage 1 on fast-scan codes"). When stage 2 reads the codes
+    (`store="codes"`), they are what it scores: `codes_factory`.
     """
     if n_vectors < FLAT_BELOW:
         return "Flat"
@@ -330,8 +329,16 @@ def decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = No
     training sample), so reconstructions are scaled back to it. Quantisation
     shortens a vector by an amount that varies from vector to vector, and
     MaxSim then ranks documents by that error (in a lab on HotpotQA-600
-    `tokens`, OPQ38_304 codes scaled back scored 0.75 Recall@10 higher)."""
-    decode = _decoder(index, codes)
+    `tokens`, OPQ38_304 codes scaled back scored 0.75 Recall@10 higher).
+
+    FAISS decodes with OpenMP in the caller's thread: `set_threads`' value
+    is applied there first, as `search` does."""
+    raw = _decoder(index, codes)
+
+    def decode(ids: np.ndarray) -> np.ndarray:
+        apply_threads()
+        return raw(ids)
+
     if norm is None:
         return decode
 

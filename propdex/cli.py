@@ -46,7 +46,7 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
                         "one thread served single queries 1.8x faster, eval/RESULTS.md 'Serving'; 0: their own default, one per core)")
     p.add_argument("--device", default="auto")
     p.add_argument("--runtime", default="torch", choices=RUNTIMES,
-                   help="what runs the query encoder's backbone on a CPU (onnx: about half eager torch's time a query)")
+                   help="what runs the query encoder's backbone on a CPU (onnx: under half eager torch's time a query)")
     p.set_defaults(run=run_serve)
 
 

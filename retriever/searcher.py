@@ -270,7 +270,6 @@ class Searcher:
         if not self.shards:
             return [[] for _ in queries]
         self._warn_unknown(queries)
-        ann.apply_threads()  # this thread decodes stage 2's codes with FAISS too
         encoded = self.encoder.encode_queries(list(queries))
         sizes = [len(e.vectors) for e in encoded]
         depth = max(k, FUSION_DEPTH) if st.hybrid else k
