@@ -426,27 +426,40 @@ def test_threads_are_set_for_the_process_when_asked(tmp_path, encoder):
         torch.set_num_threads(before[1])
 
 
-def test_threads_hold_in_the_shard_pool_and_in_other_threads_that_search(tmp_path, encoder):
+def test_threads_hold_in_the_shard_pool_and_in_other_threads_that_search(tmp_path, encoder, monkeypatch):
     """OpenMP keeps its thread count per thread: the setting must reach the
     searcher's shard pool and a server's request threads, which never made
     it themselves (before, both searched with every core)."""
     import faiss
 
+    from propdex.indexer import ann
+
+    searched: list[tuple[int, int]] = []  # (thread, FAISS threads) of each stage-1 search, as it ran
+    real_search = ann.search
+
+    def recorded(*args, **kwargs):
+        out = real_search(*args, **kwargs)
+        searched.append((threading.get_ident(), faiss.omp_get_max_threads()))
+        return out
+
+    monkeypatch.setattr(ann, "search", recorded)
     IndexWriter(tmp_path / "i", encoder, shard_docs=3).build(_docs(7))
     before = faiss.omp_get_max_threads()
     try:
         with Searcher.load(tmp_path / "i", encoder=encoder, threads=1) as s:
             assert len(s.shards) == 3
-            seen: list[tuple[int, int]] = []
+            seen: list[int] = []
 
             def request() -> None:
                 assert s.search(QUERIES[0], k=2)
-                seen.append((faiss.omp_get_max_threads(), s._pool.submit(faiss.omp_get_max_threads).result()))
+                seen.append(faiss.omp_get_max_threads())  # this thread decoded stage 2's codes
 
             t = threading.Thread(target=request)
             t.start()
             t.join()
-            assert seen == [(1, 1)]
+            assert seen == [1]
+            assert len(searched) == 3 and {n for _, n in searched} == {1}
+            assert threading.get_ident() not in {ident for ident, _ in searched}  # the shard pool's threads searched
     finally:
         set_threads(before)
 
