@@ -293,10 +293,12 @@ class ShardStore:
         with self.env.begin() as txn:
             return _document(txn.get(_key(b"doc/", ordinal)))
 
-    def units(self, ordinal: int, which: Sequence[int] | None = None) -> list[Unit]:
-        """A document's unit records (all, or those at positions `which`)."""
+    def units(self, ordinal: int, which: Sequence[int] | None = None, doc_id: str | None = None) -> list[Unit]:
+        """A document's unit records (all, or those at positions `which`);
+        `doc_id` where the caller has read the document already."""
         with self.env.begin() as txn:
-            doc_id = json.loads(txn.get(_key(b"doc/", ordinal)))["id"]
+            if doc_id is None:
+                doc_id = json.loads(txn.get(_key(b"doc/", ordinal)))["id"]
             sentences = np.frombuffer(txn.get(_key(b"sen/", ordinal)), dtype=np.int32).reshape(-1, 2)
             packed = np.frombuffer(txn.get(_key(b"unit/", ordinal)), dtype=np.int32)
         return unpack_units(doc_id, sentences, packed, which)

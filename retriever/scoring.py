@@ -25,9 +25,15 @@ def similarities(queries: np.ndarray, parts: Sequence[np.ndarray], block_rows: i
     multiplied 2x slower, and widening all candidates at once (27k rows for
     100 SciFact documents) spent more time faulting in a fresh 41 MB array
     than multiplying. The result is exactly numpy's float32 product.
+
+    Decoded codes arrive as float32 rows of one array, end to end: they
+    are multiplied where they lie, with no block to copy them into.
     """
     q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
     dim = q.shape[1]
+    joined = _end_to_end(parts)
+    if joined is not None:
+        return torch.mm(q, torch.from_numpy(joined).T).numpy()
     n = sum(len(p) for p in parts)
     out = torch.empty((len(q), n), dtype=torch.float32)
     block = torch.empty((min(block_rows, n), dim), dtype=torch.float32)
@@ -46,6 +52,25 @@ def similarities(queries: np.ndarray, parts: Sequence[np.ndarray], block_rows: i
     if filled:
         torch.mm(q, block[:filled].T, out=out[:, done : done + filled])
     return out.numpy()
+
+
+def _end_to_end(parts: Sequence[np.ndarray]) -> np.ndarray | None:
+    """The parts as one (n, dim) float32 array without a copy, where they are
+    consecutive rows of one C-contiguous float32 array; else None. Empty
+    parts are left out: an empty slice's address is its base's, not where
+    it was cut."""
+    rows = [p for p in parts if len(p)]
+    base = rows[0].base if rows else None
+    if not isinstance(base, np.ndarray) or base.dtype != np.float32 or base.ndim != 2 or not base.flags.c_contiguous:
+        return None
+    stride = base.strides[0]
+    start = at = rows[0].__array_interface__["data"][0]
+    for p in rows:
+        if p.base is not base or p.dtype != np.float32 or not p.flags.c_contiguous or p.__array_interface__["data"][0] != at:
+            return None
+        at += len(p) * stride
+    first = (start - base.__array_interface__["data"][0]) // stride
+    return base[first : first + (at - start) // stride]
 
 
 def block_logits(query: np.ndarray, vectors: np.ndarray, blocks: int) -> np.ndarray:
@@ -79,15 +104,21 @@ def sentence_windows(unit_sentences: np.ndarray, window: int) -> tuple[np.ndarra
     counted in stored vectors instead of tokens, since the store keeps no
     passage boundaries. Units are grouped by the sentence they start in."""
     first = unit_sentences[:, 0]
-    sentences, inverse, counts = np.unique(first, return_inverse=True, return_counts=True)
-    of_sentence = np.empty(len(sentences), np.int64)
+    if len(first) and (first[1:] >= first[:-1]).all():
+        # Units in sentence order, as the encoders emit them: runs, not a sort.
+        starts = np.flatnonzero(np.r_[True, first[1:] != first[:-1]])
+        counts = np.diff(np.r_[starts, len(first)])
+        inverse = np.repeat(np.arange(len(starts)), counts)
+    else:
+        _, inverse, counts = np.unique(first, return_inverse=True, return_counts=True)
+    of_sentence = np.empty(len(counts), np.int64)
     w, used = 0, 0
     for i, c in enumerate(counts.tolist()):
         if used and used + c > window:
             w, used = w + 1, 0
         of_sentence[i] = w
         used += c
-    return of_sentence[inverse], w + 1 if len(sentences) else 0
+    return of_sentence[inverse], w + 1 if len(counts) else 0
 
 
 def window_maxsim(sim: np.ndarray, unit_sentences: np.ndarray, window: int) -> float:

@@ -579,7 +579,7 @@ class Searcher:
         sentences = doc.sentences or ((0, len(doc.text)),)
         sentence = min(sentence, len(sentences) - 1)
         s_start, s_end = sentences[sentence]
-        units = store.units(c.ordinal, matched)
+        units = store.units(c.ordinal, matched, doc.id)
         spans = []
         for u in units:
             base = sentences[u.sentence][0] - s_start

@@ -77,6 +77,20 @@ def test_similarities_of_read_only_float16_parts_equal_one_float32_product_in_an
     assert scoring.similarities(q, []).shape == (3, 0)
 
 
+def test_similarities_of_decoded_rows_lying_end_to_end_are_one_product_without_a_copy():
+    rng = np.random.default_rng(4)
+    flat = rng.standard_normal((40, 16)).astype(np.float32)  # as a decoder returns them: one array
+    q = rng.standard_normal((3, 16)).astype(np.float32)
+    parts = [flat[2:7], flat[7:7], flat[7:30], flat[30:40]]
+    joined = scoring._end_to_end(parts)
+    assert joined is not None and np.shares_memory(joined, flat) and joined.shape == (38, 16)
+    np.testing.assert_allclose(scoring.similarities(q, parts), q @ flat[2:40].T, rtol=1e-6, atol=1e-6)
+    # Rows with a gap, out of order, or of two arrays are not end to end: the block path scores them.
+    for apart in ([flat[0:5], flat[6:9]], [flat[5:9], flat[0:5]], [flat[0:5], flat.copy()[5:9]]):
+        assert scoring._end_to_end(apart) is None
+        np.testing.assert_allclose(scoring.similarities(q, apart), q @ np.concatenate(apart).T, rtol=1e-6, atol=1e-6)
+
+
 def test_sentence_windows_pack_whole_sentences_in_order_and_never_split_one():
     from propdex.retriever.scoring import sentence_windows
 
@@ -86,6 +100,10 @@ def test_sentence_windows_pack_whole_sentences_in_order_and_never_split_one():
     assert n == 4
     assert groups.tolist() == [0] * 5 + [1] * 5 + [2] * 6 + [3]  # 3+2 | 4+1 | 6 alone (longer than a window) | 1
     assert sentence_windows(np.zeros((0, 2), np.int32), 5)[1] == 0
+    # Units out of sentence order are grouped by sentence all the same.
+    shuffled = np.random.default_rng(0).permutation(len(first))
+    groups_shuffled, n_shuffled = sentence_windows(np.stack([first[shuffled]] * 2, axis=1), 5)
+    assert n_shuffled == 4 and groups_shuffled.tolist() == groups[shuffled].tolist()
 
 
 def test_window_maxsim_is_the_best_windows_maxsim_and_whole_maxsim_for_a_wide_window():
