@@ -194,7 +194,9 @@ class Searcher:
                                      f"{counts[2]} indexed vectors, its manifest {s['docs']} and {s['vectors']}")
                 shards[-1].index = index
                 if not store.has_vectors:  # store="codes": stage 2 decodes the index's codes
-                    store.decoder, shards[-1].rotate = ann.scoring_decoder(index, codes, manifest["index"].get("vector_norm"))
+                    # Standalone codes decode through their codec; stage 1 may scan them in another layout.
+                    store.decoder, shards[-1].rotate = ann.scoring_decoder(index if codes is None else codec, codes,
+                                                                           manifest["index"].get("vector_norm"))
                 if s.get("deleted"):
                     shards[-1].live = np.ones(len(store), dtype=bool)
                     shards[-1].live[read_deleted(path / s["name"] / s["deleted"])] = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import faiss
 import numpy as np
 import pytest
 from paths import DATA
@@ -31,12 +32,13 @@ def _docs(n: int):
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory, minilm):
     """Real MiniLM token vectors of 60 SciFact abstracts, indexed twice with one
-    IVF-PQ factory: stage 2 from float16, and from the codes."""
+    IVF-PQ factory: stage 2 from float16, and from the codes; and a third
+    time as 4-bit codes (`codes4`)."""
     encoder = load_encoder("tokens", backbone=minilm)
     root = tmp_path_factory.mktemp("stores")
     docs = _docs(60)
-    for store in ("float16", "codes"):
-        IndexWriter(root / store, encoder, factory="IVF16,PQ96", store=store, bm25=False, shard_docs=40).build(docs)
+    for name, store, factory in (("float16", "float16", "IVF16,PQ96"), ("codes", "codes", "IVF16,PQ96"), ("codes4", "codes", "OPQ16,IVF16,PQ192x4")):
+        IndexWriter(root / name, encoder, factory=factory, store=store, bm25=False, shard_docs=40).build(docs)
     return root, encoder
 
 
@@ -124,6 +126,43 @@ def test_stage_two_from_codes_ranks_as_from_float16(pair):
         assert top1 >= len(QUERIES) - 1
 
 
+def test_four_bit_codes_are_scanned_in_simd_blocks_and_decoded_a_byte_at_a_time(pair):
+    """Stage 1 scans 4-bit codes in FAISS's fast-scan layout, built from the
+    plain lists of the same codes; stage 2 decodes them through an 8-bit
+    codebook of code pairs, to the vectors FAISS's own 4-bit decoder gives;
+    and a search ranks as from float16."""
+    root, encoder = pair
+    manifest = read_manifest(root / "codes4")
+    codec = ann.read_faiss(root / "codes4" / manifest["index"]["trained"])  # read back, as a searcher reads it
+    rng = np.random.default_rng(0)
+    for s in manifest["shards"]:
+        rows = ann.read_codes(root / "codes4" / s["name"] / s["index"])
+        assert rows.shape == (s["vectors"], 1 + 96)  # 192 codes of 4 bits: as many bytes as the 8-bit PQ96
+        stage1 = ann.index_from_codes(codec, rows)
+        assert isinstance(faiss.downcast_index(faiss.extract_index_ivf(stage1)), faiss.IndexIVFPQFastScan)
+        assert stage1.ntotal == s["vectors"]
+        ids = rng.choice(s["vectors"], 200, replace=False)
+        np.testing.assert_allclose(ann.decoder(codec, rows)(ids), codec.sa_decode(np.ascontiguousarray(rows[ids])), atol=1e-6)
+        decode, rotate = ann.scoring_decoder(codec, rows)
+        assert rotate is not None and ann._byte_codec(faiss.downcast_index(faiss.downcast_index(codec).index)) is not None
+        # The plain scan of the same codes (what a searcher built before) finds what the fast scan finds.
+        plain = faiss.clone_index(codec)
+        faiss.extract_index_ivf(plain).add_sa_codes(np.ascontiguousarray(rows), np.arange(len(rows), dtype=np.int64))
+        q = ann.decoder(codec, rows)(ids[:20]) + 0.05 * rng.standard_normal((20, 384)).astype(np.float32)
+        want, got = ann.search(plain, q, 10, 4)[1], ann.search(stage1, q, 10, 4)[1]
+        assert np.mean([len(set(a) & set(b)) for a, b in zip(want, got)]) >= 8
+    # As the 8-bit codes of test_stage_two_from_codes_ranks_as_from_float16 do.
+    with Searcher.load(root / "float16", encoder=encoder) as f16, Searcher.load(root / "codes4", encoder=encoder) as codes4:
+        top1 = 0
+        for q in QUERIES:
+            a = [h.doc_id for h in f16.search(q, k=20)]
+            b = [h.doc_id for h in codes4.search(q, k=20)]
+            top1 += a[0] == b[0]
+            assert len(set(a) & set(b)) >= 15, (q, a, b)
+        assert top1 >= len(QUERIES) - 1
+    assert main(["verify", str(root / "codes4")]) == 0
+
+
 @pytest.mark.parametrize("backend", ["faiss", "hnsw"])
 def test_flat_and_hnsw_codes_are_the_vectors_and_a_living_index_keeps_working(tmp_path, tiny, backend):
     """Flat and HNSW hold float32 vectors: store="codes" scores exactly, and
@@ -174,23 +213,27 @@ def test_store_is_checked_and_kept_by_later_writers(tmp_path, tiny):
 def test_codes_that_stage_two_scores_get_an_opq_rotation_by_default():
     # Codes that only route stage 1 (beside the float16 copy): dim/8 bytes of fast-scan codes, no rotation.
     assert ann.default_factory(1_407_293, 384) == "IVF4096,PQ96x4fs"
-    # Codes that stage 2 scores fill the byte budget: ~80% of the rotated dims kept, >= 4 a code, ~sqrt(N) lists.
-    assert ann.default_factory(1_407_293, 384, "codes") == "OPQ96,IVF1024,PQ96"  # at most dim/4 codes
-    assert ann.default_factory(610_000, 384, "codes") == "OPQ93_372,IVF1024,PQ93"
+    # Codes that stage 2 scores fill the byte budget, ~sqrt(N) lists: 4-bit codes of 2 dims, two a byte, where
+    # they cover >= 80% of the rotated dims; else 8-bit codes of >= 4 dims, ~80% of the rotated dims kept.
+    assert ann.default_factory(1_407_293, 384, "codes") == "OPQ192,IVF1024,PQ192x4"  # at most dim/4 bytes
+    assert ann.default_factory(610_000, 384, "codes") == "OPQ188_376,IVF1024,PQ188x4"
     assert ann.default_factory(610_000, 384, "codes", 50) == "OPQ44_264,IVF1024,PQ44"  # fewer codes, more dims each
     assert ann.default_factory(20_000, 384, "codes") == "Flat"  # small corpora: the float32 vectors themselves
     with pytest.raises(ValueError, match="code-bytes"):
         ann.codes_factory(60_000, 384, 12)
 
 
-def test_the_default_codes_fill_their_byte_budget_on_disk(tmp_path):
+@pytest.mark.parametrize("budget, four_bit", [(20, True), (16, False)])
+def test_the_default_codes_fill_their_byte_budget_on_disk(tmp_path, budget, four_bit):
     # List numbers and codes, the codec's centroids, OPQ rows and codebooks as they are written: within the budget, and not far under it.
-    n, dim, budget = 20_000, 128, 40
+    n, dim = 20_000, 64
     x = np.random.default_rng(0).standard_normal((n, dim)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     factory = ann.codes_factory(n, dim, budget)
-    assert factory.startswith("OPQ") and "_" in factory  # fewer codes than dim/4: a projecting OPQ
+    assert factory.startswith("OPQ") and factory.endswith("x4") == four_bit, factory
     codec = ann.train(factory, x[:10_000])
+    opq = faiss.downcast_VectorTransform(faiss.downcast_index(codec).chain.at(0))
+    assert (opq.pq is not None and opq.pq.nbits == 4) == four_bit  # the rotation was trained for the codes that follow it
     ann.write_faiss(codec, tmp_path / "trained.faiss")
     rows = RowWriter(tmp_path / ann.CODES_FILE, codec.sa_code_size(), "|u1")
     for chunk in np.array_split(x, 3):
