@@ -209,6 +209,13 @@ def train(factory: str, sample: np.ndarray) -> faiss.Index:
     return index
 
 
+def _four_bit(index: Any) -> bool:
+    """Whether `index` (downcast) is a plain IVF-PQ of 4-bit codes: what
+    `codes_factory` chooses where the budget holds them, and what
+    `fast_scan`, `_byte_codec` and the OPQ training treat apart."""
+    return type(index) is faiss.IndexIVFPQ and index.pq.nbits == 4
+
+
 def _rotate_for_the_codes(index: faiss.Index) -> None:
     """An OPQ rotation in front of 4-bit PQ codes is trained for them: FAISS
     trains it against 8-bit codes of as many sub-quantizers unless given the
@@ -217,11 +224,8 @@ def _rotate_for_the_codes(index: faiss.Index) -> None:
     if not isinstance(typed, faiss.IndexPreTransform) or typed.chain.size() != 1:
         return
     opq = faiss.downcast_VectorTransform(typed.chain.at(0))
-    try:
-        pq = faiss.downcast_index(faiss.extract_index_ivf(index)).pq
-    except (RuntimeError, AttributeError):
-        return
-    if isinstance(opq, faiss.OPQMatrix) and pq.nbits == 4 and opq.M == pq.M:
+    inner = faiss.downcast_index(typed.index)
+    if isinstance(opq, faiss.OPQMatrix) and _four_bit(inner) and opq.M == inner.pq.M:
         target = faiss.ProductQuantizer(opq.d_out, opq.M, 4)
         opq.pq = target
         opq.referenced_objects = [target]  # OPQMatrix keeps a raw pointer
@@ -315,7 +319,7 @@ def fast_scan(index: faiss.Index) -> faiss.Index:
     if wrapped and typed.chain.size() != 1:
         return index
     inner = faiss.downcast_index(typed.index) if wrapped else typed
-    if type(inner) is not faiss.IndexIVFPQ or inner.pq.nbits != 4:
+    if not _four_bit(inner):
         return index
     fast = faiss.IndexIVFPQFastScan(inner, 32)
     # The converted index points at the plain one's coarse quantizer: it gets
@@ -471,7 +475,7 @@ def _byte_codec(index: Any) -> "faiss.IndexIVFPQ | None":
     centroids of adjacent sub-quantizers, and the 256 pairs make an 8-bit
     codebook over twice the dimensions. FAISS decodes 8-bit codes twice as
     fast (3.7 against 7.3 ms for a SciFact query's 8.6k candidate vectors)."""
-    if type(index) is not faiss.IndexIVFPQ or index.pq.nbits != 4 or index.pq.M % 2:
+    if not _four_bit(index) or index.pq.M % 2:
         return None
     pq = index.pq
     book = faiss.vector_to_array(pq.centroids).reshape(pq.M, pq.ksub, pq.dsub)
