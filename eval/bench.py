@@ -45,7 +45,7 @@ from propdex.retriever import Searcher
 
 from . import scale
 from .datasets import beir_queries, load_beir, load_hotpotqa
-from .peers import PEERS, missing_peers, side_by_side
+from .peers import PEERS, missing_peers, side_by_side, side_by_side_encoded
 from .run import ann_bytes, run_versions
 
 if TYPE_CHECKING:
@@ -200,6 +200,10 @@ def add_commands(sub) -> None:
     p.add_argument("--device", default="auto", help="where the encode section and the fast-plaid peer run (the rest measures the CPU)")
     p.add_argument("--peers", help=f"side by side on the corpus's test queries: propdex, exact MaxSim and these peers "
                                    f"({', '.join(PEERS)}; '' for none; a peer not installed is skipped with a message)")
+    p.add_argument("--peer-vectors", default="index", choices=("index", "encoder"),
+                   help="with --peers: where exact MaxSim and the peers get their token vectors: the bench's float16 index "
+                        "(default), or the tokens encoder on --device with no propdex index (a GPU machine without FAISS: "
+                        "fast-plaid only, propdex's own rows come from a CPU run)")
     p.add_argument("--fast-plaid-python", default=sys.executable,
                    help="the Python of an environment with fast-plaid (it pins torch==2.11.0) (default: this one)")
     p.add_argument("--threads", type=int, help="threads for every system side by side (default: one per core)")
@@ -227,9 +231,13 @@ def _run(args) -> int:
     peers = None if args.peers is None else [p for p in args.peers.split(",") if p]
     if peers is not None:
         missing_peers(peers, args.fast_plaid_python)  # an unknown name fails before any work
-    backbone = Backbone.load(device="cpu") if set(sections) - {"encode", "scale"} or peers is not None else None
+    from_encoder = peers is not None and args.peer_vectors == "encoder"
+    if from_encoder and (set(peers) - {"fast-plaid"} or {"search", "size", "throughput", "runtimes"} & set(sections)):
+        raise ValueError("bench --peer-vectors encoder builds no propdex index: it measures exact MaxSim and fast-plaid alone "
+                         "(--peers fast-plaid), with no --sections that read an index (give --sections '' or encode)")
+    backbone = Backbone.load(device="cpu") if set(sections) - {"encode", "scale"} or (peers is not None and not from_encoder) else None
     index = args.index
-    if index is None and ({"search", "size"} & set(sections) or peers is not None):
+    if index is None and ({"search", "size"} & set(sections) or (peers is not None and not from_encoder)):
         index = args.work / f"{args.corpus.name}-tokens"
         encoder = load_encoder("tokens", backbone=backbone)
         # float16: exact MaxSim and the peers are built from the index's own vectors.
@@ -258,7 +266,12 @@ def _run(args) -> int:
     if "encode" in sections:
         result["encode"] = scale.encode_rates(args.scale_corpus, [int(n) for n in args.scale_sizes.split(",") if n],
                                               [e for e in args.scale_encoders.split(",") if e], args.device)
-    if peers is not None:
+    if from_encoder:
+        task = load_beir(args.corpus)
+        result |= side_by_side_encoded(args.corpus, [(q.id, q.text) for q in task.queries], task.qrels, peers,
+                                       args.threads or torch.get_num_threads(), args.work / "peers",
+                                       fast_plaid_python=args.fast_plaid_python, device=args.device)
+    elif peers is not None:
         task = load_beir(args.corpus)
         result |= side_by_side(index, [(q.id, q.text) for q in task.queries], task.qrels, peers,
                                args.threads or torch.get_num_threads(), args.work / "peers", also=args.also,

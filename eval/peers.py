@@ -33,6 +33,11 @@ so that its peak resident memory is its own.
   `--device` (a GPU when there is one). Its query time is the same query
   encoding as the others' plus its search.
 
+On a GPU machine without FAISS, where no propdex index can be built,
+`bench --peer-vectors encoder` gives exact MaxSim and fast-plaid the
+`tokens` encoder's vectors straight from `--device` (measure_encoded):
+propdex's own rows then come from a CPU run of the same corpus.
+
 Query time includes encoding the query (the same encoder for all); build
 time is indexing from vectors (train + add for propdex; codec, compression
 and IVF for PLAID): the encoding they share is measured once, in the manifest.
@@ -48,7 +53,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -63,6 +68,9 @@ from propdex.retriever.scoring import top_k
 
 from .metrics import beir_metrics, rank_scores
 from .run import all_in_bytes
+
+if TYPE_CHECKING:
+    from propdex.encoders.base import Encoder
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +140,19 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
         else:
             result["systems"][peer] = in_child(measure_plaid, **common, out=str(work / peer))
     return result
+
+
+def side_by_side_encoded(corpus: Path, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], peers: list[str],
+                         threads: int, work: Path, fast_plaid_python: str = sys.executable, device: str = "auto") -> dict[str, Any]:
+    """side_by_side's result for vectors straight from the encoder on `device`
+    (measure_encoded), plus "vectors": how they were made."""
+    skipped = missing_peers(peers, fast_plaid_python)
+    for peer, why in skipped.items():
+        log.warning("skipping peer %s: %s", peer, why)
+    measured = in_child(measure_encoded, corpus=str(corpus), queries=queries, qrels=qrels, threads=threads,
+                        out=str(work / "encoded"), python=fast_plaid_python, device=device,
+                        peers=[p for p in peers if p not in skipped])
+    return measured | {"skipped": skipped, "threads": threads, "query_runtime": "torch"}
 
 
 def thread_env(threads: int, *more: str) -> dict[str, str]:
@@ -372,22 +393,67 @@ def _chunks(stores: list, docs: int = 1024):
 def measure_fast_plaid(index: str, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], threads: int,
                        out: str, python: str, device: str, runtime: str = "torch") -> dict[str, Any]:
     """fast-plaid over the index's vectors, built and searched by eval/fast_plaid_peer.py under `python`."""
-    import shutil
-
-    index, out = Path(index), Path(out)
+    index, out = Path(index), _fresh(out)
     manifest = read_manifest(index)
     encoder = encoder_from_config(manifest["encoder"], device="cpu", runtime=runtime)
+    doc_ids = write_vectors(index, manifest, out)
+    encode_ms = write_queries(encoder, queries, out)
+    return {"query_runtime": encoder.backbone.runtime,
+            **run_fast_plaid(out, doc_ids, queries, qrels, encode_ms, threads, python, device)}
+
+
+def measure_encoded(corpus: str, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], threads: int,
+                    out: str, python: str, device: str, peers: list[str]) -> dict[str, Any]:
+    """Exact MaxSim and fast-plaid over token vectors straight from the
+    `tokens` encoder on `device`, with no propdex index in between
+    (`bench --peer-vectors encoder`): for a GPU machine without FAISS,
+    where fast-plaid is meant to run. Both read the same out/documents.npy;
+    exact MaxSim is float32 torch on `device`. Also returns the encoding's
+    own figures ("vectors"): seconds and docs/s over the corpus on `device`."""
+    from propdex.encoders import load_encoder
+    from propdex.encoders.backbone import Backbone
+    from propdex.encoders.provenance import hardware
+
+    out = _fresh(out)
+    encoder = load_encoder("tokens", backbone=Backbone.load(device=device))
+    doc_ids, vectors = write_encoded(corpus, encoder, out)
+    encode_ms = write_queries(encoder, queries, out)
+    device = str(encoder.backbone.device)
+    result: dict[str, Any] = {"vectors": vectors | {"device": hardware(), "dtype": str(next(encoder.backbone.model.parameters()).dtype)},
+                              "systems": {}, "exact": exact_of_arrays(out, doc_ids, queries, qrels, encode_ms, device)}
+    if "fast-plaid" in peers:
+        result["systems"]["fast-plaid"] = {"query_runtime": "torch",
+                                           **run_fast_plaid(out, doc_ids, queries, qrels, encode_ms, threads, python, device)}
+    return result
+
+
+def _fresh(out: str | Path) -> Path:
+    """`out`, emptied: what a peer finds there is what this run wrote."""
+    import shutil
+
+    out = Path(out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    doc_ids = write_vectors(index, manifest, out)
+    return out
+
+
+def write_queries(encoder: "Encoder", queries: list[tuple[str, str]], out: Path) -> list[float]:
+    """The queries' vectors as out/queries.npy (float16) and out/qlens.npy.
+    Returns each query's encoding milliseconds, which every system's query time includes."""
     encode_ms, encoded = [], []
     encoder.encode_queries([queries[0][1]])  # load pages and kernels once, as timed() does
     for _, text in queries:
         started = time.perf_counter()
-        encoded.append(encoder.encode_queries([text])[0].vectors.astype(np.float16))
+        encoded.append(encoder.encode_queries([text])[0].vectors.astype(np.float16))  # on the host: the device is done
         encode_ms.append((time.perf_counter() - started) * 1000)
     np.save(out / "queries.npy", np.concatenate(encoded))
     np.save(out / "qlens.npy", np.array([len(q) for q in encoded], np.int64))
+    return encode_ms
+
+
+def run_fast_plaid(out: Path, doc_ids: list[str], queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]],
+                   encode_ms: list[float], threads: int, python: str, device: str) -> dict[str, Any]:
+    """eval/fast_plaid_peer.py under `python` over the vectors in `out`; its figures, scored here."""
     (out / "settings.json").write_text(json.dumps({"device": device, "threads": threads, **FAST_PLAID}))
     # fast-plaid's Rust side runs on rayon's pool.
     done = subprocess.run([python, str(Path(__file__).with_name("fast_plaid_peer.py")), str(out)], env=thread_env(threads, "RAYON_NUM_THREADS"))
@@ -395,14 +461,82 @@ def measure_fast_plaid(index: str, queries: list[tuple[str, str]], qrels: dict[s
         raise RuntimeError(f"bench: fast-plaid failed under {python} (exit {done.returncode}; its error is above)")
     peer = json.loads((out / "result.json").read_text())
     run = {qid: rank_scores(doc_ids[p] for p, _ in hits) for (qid, _), hits in zip(queries, peer["ranked"])}
+    n_vectors = int(np.load(out / "doclens.npy").sum())
     return {
-        "query_runtime": encoder.backbone.runtime,
         **_quality_and_latency(run, qrels, [e + s for e, s in zip(encode_ms, peer["search_ms"])]),
         "search_p50_ms": latency(peer["search_ms"])["p50_ms"],
-        "bytes_per_vector": peer["index_bytes"] / manifest["counts"]["vectors"],
+        "query_encode_p50_ms": latency(encode_ms)["p50_ms"],
+        "bytes_per_vector": peer["index_bytes"] / n_vectors,
         "build_s": peer["build_s"], "peak_rss_mb": peer["peak_rss_mb"],
         **FAST_PLAID, "device": peer["device"], "dtype": peer["dtype"], "versions": peer["versions"],
         "centroids": "fast-plaid's own k-means",
+    }
+
+
+def write_encoded(corpus: str, encoder: "Encoder", out: Path) -> tuple[list[str], dict[str, Any]]:
+    """Every document's token vectors from `encoder`, as out/documents.npy
+    (float16, documents one after another) and out/doclens.npy, the layout
+    write_vectors gives. Returns the document id of each row of doclens and
+    the encoding's figures. The rows are held in memory until written:
+    2 bytes a dimension a vector (1.1 GB for SciFact's 1.4M)."""
+    from propdex.encoders.units import Document
+    from propdex.indexer.readers import read_corpus
+
+    docs = [r for r in read_corpus([Path(corpus)]) if isinstance(r, Document)]
+    sync = torch_sync(encoder.backbone.device)
+    sync()
+    started = time.perf_counter()
+    passages = [p for d in docs for p in encoder.passages(d)]
+    encoded = encoder.encode(passages, progress=True)
+    seconds = time.perf_counter() - started  # the vectors are on the host: the device is done
+    rows: dict[str, list[np.ndarray]] = {d.id: [] for d in docs}
+    for passage, e in zip(passages, encoded):
+        rows[passage.doc.id].append(e.vectors.astype(np.float16))
+    doc_ids = [d for d, parts in rows.items() if parts and sum(map(len, parts))]
+    np.save(out / "documents.npy", np.concatenate([v for d in doc_ids for v in rows[d]]))
+    np.save(out / "doclens.npy", np.array([sum(map(len, rows[d])) for d in doc_ids], np.int64))
+    return doc_ids, {"from": "encoder", "documents": len(docs), "passages": len(passages),
+                     "vectors": sum(len(e.vectors) for e in encoded), "encode_s": round(seconds, 2),
+                     "encode_docs_per_s": round(len(docs) / seconds, 1)}
+
+
+def torch_sync(device) -> Callable[[], None]:
+    """A function that waits for `device` (a no-op off CUDA), so that a timing covers the work and not its launch."""
+    import torch
+
+    return torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+
+
+def exact_of_arrays(out: Path, doc_ids: list[str], queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]],
+                    encode_ms: list[float], device: str) -> dict[str, Any]:
+    """Float32 MaxSim of each query of out/queries.npy over every document
+    of out/documents.npy, in torch on `device`: the reference the peers are
+    measured against when their vectors come from the encoder. Its time is
+    the scan alone, per query (plus encoding, as for the systems)."""
+    import torch
+
+    docs = torch.from_numpy(np.load(out / "documents.npy")).to(device=device, dtype=torch.float32)
+    doclens = torch.from_numpy(np.load(out / "doclens.npy")).to(device)
+    owner = torch.repeat_interleave(torch.arange(len(doclens), device=device), doclens)
+    qrows = np.load(out / "queries.npy").astype(np.float32)
+    bounds = np.cumsum([0, *np.load(out / "qlens.npy")])
+    sync = torch_sync(device)
+    run, ms = {}, []
+    for (qid, _), a, b in zip(queries, bounds[:-1], bounds[1:]):
+        sync()
+        started = time.perf_counter()
+        sim = docs @ torch.from_numpy(qrows[a:b]).to(device).T  # (vectors, query tokens)
+        best = torch.full((len(doclens), b - a), -torch.inf, device=device)
+        best.scatter_reduce_(0, owner[:, None].expand_as(sim), sim, "amax")
+        scores, top = best.sum(1).topk(min(10, len(doclens)))
+        hits = [(doc_ids[int(i)], float(s)) for i, s in zip(top.cpu(), scores.cpu())]
+        ms.append((time.perf_counter() - started) * 1000)
+        run[qid] = rank_scores(d for d, _ in sorted(hits, key=lambda h: (-h[1], h[0])))
+    return {
+        "query_runtime": "torch", **_quality_and_latency(run, qrels, [e + s for e, s in zip(encode_ms, ms)]),
+        "scan_ms_per_query": latency(ms)["p50_ms"], "bytes_per_vector": 4 * docs.shape[1], "build_s": 0.0,
+        "peak_rss_mb": peak_rss_mb(), "device": device,
+        "within": "every document, float32 MaxSim in torch over the encoder's vectors",
     }
 
 

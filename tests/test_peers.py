@@ -66,6 +66,50 @@ def test_bench_side_by_side_skips_a_peer_that_is_not_installed(tmp_path, monkeyp
     assert 4 * 384 < same["bytes_per_vector"] < 4 * 384 + 64
 
 
+def test_peer_vectors_from_the_encoder_are_the_vectors_an_index_stores(tmp_path, caplog):
+    """`--peer-vectors encoder` (a GPU machine without FAISS) skips the
+    index: exact MaxSim must then rank what the index-based exact ranks."""
+    from propdex.eval.datasets import load_beir
+    from propdex.eval.peers import measure_exact, write_vectors
+    from propdex.indexer.manifest import read_manifest
+
+    corpus = tiny_beir(tmp_path / "beir", 40)
+    out, work = tmp_path / "bench.json", tmp_path / "work"
+    nowhere = str(tmp_path / "no-env" / "bin" / "python")
+    assert main(["bench", "--corpus", str(corpus), "--sections", "", "--peers", "fast-plaid", "--peer-vectors", "encoder",
+                 "--device", "cpu", "--threads", "1", "--fast-plaid-python", nowhere, "--work", str(work), "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert f"skipping peer fast-plaid: fast_plaid is not importable by {nowhere}" in caplog.text
+    assert result["systems"] == {} and "--fast-plaid-python" in result["skipped"]["fast-plaid"]
+    made = result["vectors"]
+    assert made["from"] == "encoder" and made["documents"] == 40 and made["encode_docs_per_s"] > 0
+    assert made["device"].startswith("CPU") and made["dtype"] == "torch.float32"
+
+    index = tmp_path / "ix"
+    assert main(["-q", "index", str(corpus), "--encoder", "tokens", "--store", "float16", "--out", str(index)]) == 0
+    manifest = read_manifest(index)
+    assert made["vectors"] == manifest["counts"]["vectors"]
+    stored = tmp_path / "stored"
+    stored.mkdir()
+    write_vectors(index, manifest, stored)
+    # The same rows in the same order (batches differ only in padding).
+    np.testing.assert_allclose(np.load(work / "peers" / "encoded" / "documents.npy").astype(np.float32),
+                               np.load(stored / "documents.npy").astype(np.float32), atol=2e-3)
+    np.testing.assert_array_equal(np.load(work / "peers" / "encoded" / "doclens.npy"), np.load(stored / "doclens.npy"))
+    task = load_beir(corpus)
+    exact = measure_exact(str(index), [(q.id, q.text) for q in task.queries], task.qrels, 1)
+    assert result["exact"]["nDCG@10"] == exact["nDCG@10"] > 0
+    assert result["exact"]["queries"] == len(task.queries) and result["exact"]["p50_ms"] <= result["exact"]["p95_ms"]
+
+
+def test_peer_vectors_from_the_encoder_refuse_what_needs_an_index(tmp_path, capsys):
+    for peers, sections in (("colbert-plaid", ""), ("fast-plaid", "search")):
+        assert main(["bench", "--corpus", str(tmp_path), "--sections", sections, "--peers", peers, "--peer-vectors", "encoder",
+                     "--work", str(tmp_path)]) == 2
+        assert "bench --peer-vectors encoder builds no propdex index" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
 def test_an_unknown_peer_is_refused_before_any_work(tmp_path, capsys):
     assert main(["bench", "--corpus", str(tmp_path), "--sections", "", "--peers", "faiss-magic", "--work", str(tmp_path)]) == 2
     assert "unknown peers ['faiss-magic']; choose from colbert-plaid, fast-plaid" in capsys.readouterr().err
