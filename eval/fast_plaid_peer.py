@@ -16,7 +16,7 @@ It builds a fast-plaid index of the documents under FOLDER/index (its own
 k-means, its own residual codec), then searches one query at a time, and
 writes FOLDER/result.json: the passage ids and scores of each query's top
 k, milliseconds per query (search alone), build seconds, index bytes,
-peak resident memory and the versions and device it ran on.
+peak resident memory (and the GPU's peak allocation) and the versions and device it ran on.
 """
 from __future__ import annotations
 
@@ -80,10 +80,22 @@ def main(folder: Path) -> None:
     (folder / "result.json").write_text(json.dumps({
         "ranked": ranked, "search_ms": ms, "build_s": round(build_s, 3),
         "index_bytes": sum(f.stat().st_size for f in index.rglob("*") if f.is_file()),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mb": peak_rss_mb(),
+        "gpu_peak_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if device.startswith("cuda") else None,
         "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu", "dtype": np.dtype(dtype).name,
         "versions": {"fast_plaid": getattr(fast_plaid, "__version__", None) or _version("fast-plaid"), "torch": torch.__version__},
     }))
+
+
+def peak_rss_mb() -> float:
+    """This process's own peak resident memory (VmHWM), as propdex.indexer.build
+    measures it (this script imports no propdex): ru_maxrss would report
+    the bench's peak at the spawn, which it inherits through fork and exec."""
+    try:
+        with open("/proc/self/status") as status:
+            return round(int(next(line for line in status if line.startswith("VmHWM:")).split()[1]) / 1024, 1)
+    except (OSError, StopIteration):
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def sync(device: str) -> None:

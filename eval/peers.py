@@ -465,9 +465,9 @@ def run_fast_plaid(out: Path, doc_ids: list[str], queries: list[tuple[str, str]]
     return {
         **_quality_and_latency(run, qrels, [e + s for e, s in zip(encode_ms, peer["search_ms"])]),
         "search_p50_ms": latency(peer["search_ms"])["p50_ms"],
-        "query_encode_p50_ms": latency(encode_ms)["p50_ms"],
+        "query_encode_p50_ms": latency(encode_ms)["p50_ms"], "query_encode_p95_ms": latency(encode_ms)["p95_ms"],
         "bytes_per_vector": peer["index_bytes"] / n_vectors,
-        "build_s": peer["build_s"], "peak_rss_mb": peer["peak_rss_mb"],
+        "build_s": peer["build_s"], "peak_rss_mb": peer["peak_rss_mb"], "gpu_peak_mb": peer.get("gpu_peak_mb"),
         **FAST_PLAID, "device": peer["device"], "dtype": peer["dtype"], "versions": peer["versions"],
         "centroids": "fast-plaid's own k-means",
     }

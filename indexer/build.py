@@ -40,6 +40,7 @@ import fcntl
 import logging
 import os
 import resource
+import sys
 import shutil
 import time
 from collections import Counter
@@ -748,7 +749,18 @@ def _changed_inputs(old: dict[str, Any], new: dict[str, Any]) -> str:
 
 
 def peak_rss_mb() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    """This process's own peak resident memory, MB. Linux's VmHWM, not
+    getrusage: ru_maxrss survives fork and exec, so a child would report its
+    parent's peak at the spawn (a bench's build) whenever that is larger."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:  # no procfs (macOS): getrusage, in bytes there
+        pass
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(maxrss / (1 << 20 if sys.platform == "darwin" else 1024), 1)
 
 
 def _take(stream: Iterator[Record], want: int, seen: set[str]) -> tuple[list[Document], int, Counter, dict]:

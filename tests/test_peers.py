@@ -110,6 +110,27 @@ def test_peer_vectors_from_the_encoder_refuse_what_needs_an_index(tmp_path, caps
     assert not list(tmp_path.iterdir())
 
 
+def test_a_child_reports_its_own_peak_memory_not_its_parents(tmp_path):
+    """Every system side by side runs in a child of the bench, which may
+    have built an index first: getrusage's ru_maxrss carries the parent's
+    peak through fork and exec, so a child would report the build's."""
+    import subprocess
+    import sys
+
+    from propdex.indexer.build import peak_rss_mb
+
+    ballast = np.ones(400 << 20, np.uint8)  # 400 MB resident here
+    assert peak_rss_mb() > 400
+    code = "from propdex.indexer.build import peak_rss_mb; print(peak_rss_mb())"
+    child = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 0 < child < 300, child
+    peer = "import sys; sys.path.insert(0, sys.argv[1]); from fast_plaid_peer import peak_rss_mb; print(peak_rss_mb())"
+    child = float(subprocess.run([sys.executable, "-c", peer, str(Path(__file__).parents[1] / "eval")], capture_output=True,
+                                 text=True, check=True).stdout)
+    assert 0 < child < 100, child
+    del ballast
+
+
 def test_an_unknown_peer_is_refused_before_any_work(tmp_path, capsys):
     assert main(["bench", "--corpus", str(tmp_path), "--sections", "", "--peers", "faiss-magic", "--work", str(tmp_path)]) == 2
     assert "unknown peers ['faiss-magic']; choose from colbert-plaid, fast-plaid" in capsys.readouterr().err
