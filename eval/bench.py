@@ -209,6 +209,8 @@ def add_commands(sub) -> None:
     p.add_argument("--threads", type=int, help="threads for every system side by side (default: one per core)")
     p.add_argument("--query-runtime", default="torch", choices=RUNTIMES,
                    help="with --peers: what runs the query encoder's backbone, the same for every system side by side")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="with --peers: the propdex systems take turns this many times, each credited with its median round")
     p.add_argument("--also", type=Path, action="append", default=[],
                    help="with --peers: another propdex index of --corpus measured beside (another --store or --factory); repeatable")
     p.add_argument("--work", type=Path, default=Path("runs/bench"), help="where the bench builds its indexes")
@@ -275,7 +277,8 @@ def _run(args) -> int:
         task = load_beir(args.corpus)
         result |= side_by_side(index, [(q.id, q.text) for q in task.queries], task.qrels, peers,
                                args.threads or torch.get_num_threads(), args.work / "peers", also=args.also,
-                               fast_plaid_python=args.fast_plaid_python, device=args.device, runtime=args.query_runtime)
+                               fast_plaid_python=args.fast_plaid_python, device=args.device, runtime=args.query_runtime,
+                               rounds=args.rounds)
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -110,11 +110,15 @@ def importable(python: str, module: str) -> bool:
 
 def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], peers: list[str],
                  threads: int, work: Path, also: list[Path] = (), fast_plaid_python: str = sys.executable,
-                 device: str = "auto", runtime: str = "torch") -> dict[str, Any]:
+                 device: str = "auto", runtime: str = "torch", rounds: int = 1) -> dict[str, Any]:
     """{"systems": {"propdex": {...}, peer: {...}}, "exact": {...}, "skipped": {peer: why}, "threads": n}.
 
     `also`: more propdex indexes of the same corpus (another store or
-    factory), each a system named by its settings, `propdex:store=codes:factory=...`.
+    factory), each two systems named by its settings, `propdex:store=codes:factory=...`
+    at its default window and with `:window=0`.
+    `rounds`: the propdex systems take turns this many times; each reports
+    its median round's latency (its rounds' p50s beside). The peers and
+    exact MaxSim run once: they build their index in the process they time.
     `fast_plaid_python`, `device`: the interpreter and device fast-plaid runs on.
     `runtime`: what runs the query encoder's backbone, the same for every
     system (torch, onnx, onnx-int8): the systems share one query encoder,
@@ -126,13 +130,20 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
     for peer, why in skipped.items():
         log.warning("skipping peer %s: %s", peer, why)
     common = {"index": str(index), "queries": queries, "qrels": qrels, "threads": threads, "runtime": runtime}
-    result: dict[str, Any] = {"systems": {}, "exact": None, "skipped": skipped, "threads": threads, "query_runtime": runtime}
-    result["systems"]["propdex"] = in_child(measure_propdex, **common)
-    result["systems"]["propdex:window=0"] = in_child(measure_propdex, **common, window=0)
+    result: dict[str, Any] = {"systems": {}, "exact": None, "skipped": skipped, "threads": threads, "query_runtime": runtime,
+                              "rounds": rounds}
+    systems = {"propdex": (index, None), "propdex:window=0": (index, 0)}
     for other in also:
         m = read_manifest(other)
-        name = f"propdex:store={store_of(m)}:factory={m['index']['factory']}:window=0"
-        result["systems"][name] = in_child(measure_propdex, **common | {"index": str(other)}, window=0)
+        name = f"propdex:store={store_of(m)}:factory={m['index']['factory']}"
+        systems |= {name: (other, None), f"{name}:window=0": (other, 0)}
+    # The machine's speed drifts over minutes (a third between two runs of one system here), so the
+    # systems take turns, round after round, and each is credited with its median round.
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
+    for _ in range(rounds):
+        for name, (where, window) in systems.items():
+            runs[name].append(in_child(measure_propdex, **common | {"index": str(where)}, window=window))
+    result["systems"] |= {name: median_round(measured) for name, measured in runs.items()}
     result["exact"] = in_child(measure_exact, **common)
     for peer in (p for p in peers if p not in skipped):
         if peer == "fast-plaid":
@@ -153,6 +164,17 @@ def side_by_side_encoded(corpus: Path, queries: list[tuple[str, str]], qrels: di
                         out=str(work / "encoded"), python=fast_plaid_python, device=device,
                         peers=[p for p in peers if p not in skipped])
     return measured | {"skipped": skipped, "threads": threads, "query_runtime": "torch"}
+
+
+def median_round(measured: list[dict[str, Any]]) -> dict[str, Any]:
+    """One system's rounds as one entry: the round of median p50, with every
+    round's p50 beside it. Rankings do not change between rounds, so
+    neither does nDCG; a round that ranked otherwise is an error."""
+    if len({m["nDCG@10"] for m in measured}) > 1:
+        raise RuntimeError(f"bench: one system ranked differently in two rounds: {[m['nDCG@10'] for m in measured]}")
+    ordered = sorted(measured, key=lambda m: m["p50_ms"])
+    return ordered[(len(ordered) - 1) // 2] | {"p50_ms_rounds": [m["p50_ms"] for m in measured],
+                                                "peak_rss_mb": max(m["peak_rss_mb"] for m in measured)}
 
 
 def thread_env(threads: int, *more: str) -> dict[str, str]:
