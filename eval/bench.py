@@ -15,7 +15,10 @@
    (colbert-plaid; fast-plaid in its own environment, on --device) on the
    same token vectors, queries, threads and query encoder (`--query-runtime`):
    nDCG@10, bytes per vector all in, p50/p95, build seconds, peak RSS;
-   `--also` adds other propdex indexes of the corpus (another store or factory).
+   `--also` adds other propdex indexes of the corpus (another store or factory);
+   `--rounds` has the propdex systems take turns against the machine's drift;
+   `--peer-vectors encoder` feeds exact MaxSim and fast-plaid straight from
+   the encoder on --device, for a GPU machine without FAISS.
 7. `--sections scale` (eval.scale, hours on a CPU: never by default):
    indexes over the first `--scale-sizes` documents of `--scale-corpus`,
    per encoder: docs/s, build seconds, peak RSS, bytes, p50; a plot, and

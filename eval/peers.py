@@ -99,6 +99,14 @@ def missing_peers(peers: list[str], fast_plaid_python: str = sys.executable) -> 
     return missing
 
 
+def skipping(peers: list[str], fast_plaid_python: str) -> dict[str, str]:
+    """missing_peers, each logged as skipped with its reason."""
+    skipped = missing_peers(peers, fast_plaid_python)
+    for peer, why in skipped.items():
+        log.warning("skipping peer %s: %s", peer, why)
+    return skipped
+
+
 def importable(python: str, module: str) -> bool:
     """Whether the interpreter `python` finds `module` (without importing it)."""
     try:
@@ -126,9 +134,7 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
     if store_of(read_manifest(index)) != "float16":
         raise ValueError(f"bench --peers: {index} keeps no float16 vectors, and exact MaxSim and the peers are built from them; "
                          f"give an index built with --store float16, and this one with --also")
-    skipped = missing_peers(peers, fast_plaid_python)
-    for peer, why in skipped.items():
-        log.warning("skipping peer %s: %s", peer, why)
+    skipped = skipping(peers, fast_plaid_python)
     common = {"index": str(index), "queries": queries, "qrels": qrels, "threads": threads, "runtime": runtime}
     result: dict[str, Any] = {"systems": {}, "exact": None, "skipped": skipped, "threads": threads, "query_runtime": runtime,
                               "rounds": rounds}
@@ -157,9 +163,7 @@ def side_by_side_encoded(corpus: Path, queries: list[tuple[str, str]], qrels: di
                          threads: int, work: Path, fast_plaid_python: str = sys.executable, device: str = "auto") -> dict[str, Any]:
     """side_by_side's result for vectors straight from the encoder on `device`
     (measure_encoded), plus "vectors": how they were made."""
-    skipped = missing_peers(peers, fast_plaid_python)
-    for peer, why in skipped.items():
-        log.warning("skipping peer %s: %s", peer, why)
+    skipped = skipping(peers, fast_plaid_python)
     measured = in_child(measure_encoded, corpus=str(corpus), queries=queries, qrels=qrels, threads=threads,
                         out=str(work / "encoded"), python=fast_plaid_python, device=device,
                         peers=[p for p in peers if p not in skipped])
