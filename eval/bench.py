@@ -236,6 +236,8 @@ def _run(args) -> int:
     peers = None if args.peers is None else [p for p in args.peers.split(",") if p]
     if peers is not None:
         missing_peers(peers, args.fast_plaid_python)  # an unknown name fails before any work
+    if args.peer_vectors == "encoder" and peers is None:
+        raise ValueError("bench --peer-vectors encoder says where the peers' vectors come from: give --peers fast-plaid with it")
     from_encoder = peers is not None and args.peer_vectors == "encoder"
     if from_encoder and (set(peers) - {"fast-plaid"} or {"search", "size", "throughput", "runtimes"} & set(sections)):
         raise ValueError("bench --peer-vectors encoder builds no propdex index: it measures exact MaxSim and fast-plaid alone "

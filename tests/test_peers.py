@@ -113,6 +113,8 @@ def test_peer_vectors_from_the_encoder_refuse_what_needs_an_index(tmp_path, caps
         assert main(["bench", "--corpus", str(tmp_path), "--sections", sections, "--peers", peers, "--peer-vectors", "encoder",
                      "--work", str(tmp_path)]) == 2
         assert "bench --peer-vectors encoder builds no propdex index" in capsys.readouterr().err
+    assert main(["bench", "--corpus", str(tmp_path), "--sections", "", "--peer-vectors", "encoder", "--work", str(tmp_path)]) == 2
+    assert "give --peers fast-plaid with it" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
 
