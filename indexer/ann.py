@@ -291,16 +291,43 @@ def index_from_codes(codec: faiss.Index, codes: np.ndarray, rows: int = 1 << 16)
     """Stage 1 over a shard's standalone codes: the trained `codec` with its
     inverted lists filled from them, ids 0..V-1 in row order. The ids live in
     memory only (8 bytes a vector, rebuilt at each load in about a second per
-    million vectors); on disk a vector is its list number and its codes."""
+    million vectors); on disk a vector is its list number and its codes.
+
+    An IVF-PQ codec (every default codes factory) lends each shard's index
+    its coarse quantizer and rotation, which the index keeps alive, rather
+    than a copy of them each: a copy is nlist x dim floats (1.5 MB at 1,024
+    lists of 384 dims, 100 MB at 65,536), and an index has a shard per
+    10,000 documents. Other IVF codecs (IVF-Flat, scalar quantisers) are
+    cloned whole."""
     if codes.shape[1] != codec.sa_code_size():
         raise ValueError(f"codes of {codes.shape[1]} bytes for a codec of {codec.sa_code_size()}: the index is damaged")
-    index = faiss.clone_index(codec)
-    ivf = faiss.extract_index_ivf(index)
+    typed = faiss.downcast_index(codec)
+    wrapped = isinstance(typed, faiss.IndexPreTransform) and typed.chain.size() == 1
+    trained = faiss.downcast_index(typed.index) if wrapped else typed
+    if type(trained) is not faiss.IndexIVFPQ:
+        index = faiss.clone_index(codec)
+        _fill(faiss.extract_index_ivf(index), codes, rows)
+        index.ntotal = faiss.extract_index_ivf(index).ntotal  # a transform's wrapper counts its own vectors
+        return index
+    # A new IVF-PQ on the codec's quantizer (FAISS's clone would copy it) with the codec's codebooks.
+    ivf = faiss.IndexIVFPQ(trained.quantizer, trained.d, trained.nlist, trained.pq.M, trained.pq.nbits, trained.metric_type)
+    ivf.pq, ivf.by_residual, ivf.is_trained = trained.pq, trained.by_residual, True
+    _fill(ivf, codes, rows)
+    stage1 = fast_scan(ivf)  # which keeps `ivf` alive where it converts it
+    stage1.referenced_objects = [*getattr(stage1, "referenced_objects", ()), codec]  # the shared quantizer's owner
+    if not wrapped:
+        return stage1
+    out = faiss.IndexPreTransform(typed.chain.at(0), stage1)  # owns neither: `codec` keeps the rotation alive
+    out.ntotal = stage1.ntotal
+    out.referenced_objects = [codec, stage1]
+    return out
+
+
+def _fill(ivf: "faiss.IndexIVF", codes: np.ndarray, rows: int) -> None:
+    """Add `codes` (standalone: list number, then the vector's codes) to `ivf`'s lists, ids in row order."""
     for start in range(0, len(codes), rows):
         part = np.ascontiguousarray(codes[start : start + rows])
         ivf.add_sa_codes(part, np.arange(start, start + len(part), dtype=np.int64))
-    index.ntotal = ivf.ntotal  # a transform's wrapper counts its own vectors; add_sa_codes went past it
-    return fast_scan(index)
 
 
 def fast_scan(index: faiss.Index) -> faiss.Index:
@@ -313,7 +340,9 @@ def fast_scan(index: faiss.Index) -> faiss.Index:
     add_sa_codes packs them wrongly, and a fast-scan codec read back from
     its file decodes through a null pointer). Stage 1 of a SciFact `tokens`
     query took 2.9 ms over these codes, against 9.0 ms over the 8-bit codes
-    of the same size (eval/RESULTS.md, "Codes of 4 bits")."""
+    of the same size (eval/RESULTS.md, "Codes of 4 bits"). The fast index
+    uses the plain one's coarse quantizer, which it does not own: the
+    returned index keeps the plain one (its lists emptied) alive."""
     typed = faiss.downcast_index(index)
     wrapped = isinstance(typed, faiss.IndexPreTransform)
     if wrapped and typed.chain.size() != 1:
@@ -322,15 +351,13 @@ def fast_scan(index: faiss.Index) -> faiss.Index:
     if not _four_bit(inner):
         return index
     fast = faiss.IndexIVFPQFastScan(inner, 32)
-    # The converted index points at the plain one's coarse quantizer: it gets
-    # its own, and the plain lists (a second copy of every code) are let go.
-    quantizer = faiss.clone_index(inner.quantizer)
-    quantizer.this.disown()
-    fast.quantizer, fast.own_fields = quantizer, True
+    fast.own_fields = False  # the quantizer is `inner`'s (or whoever `inner` shares it with)
+    # The plain lists are a second copy of every code: let them go.
     empty = faiss.ArrayInvertedLists(inner.nlist, inner.code_size)
     empty.this.disown()  # FAISS owns it now, not Python
     inner.replace_invlists(empty, True)
     fast.orig_invlists = None  # FAISS keeps the plain lists' address, for debugging searches (implem 1, 2)
+    fast.referenced_objects = [index, inner]
     if not wrapped:
         return fast
     out = faiss.IndexPreTransform(typed.chain.at(0), fast)

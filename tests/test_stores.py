@@ -65,6 +65,7 @@ def test_codes_keep_each_vector_once_as_the_same_ann_index_without_its_ids(pair)
         np.testing.assert_allclose(ann.decoder(codec, rows)(ids), ann.decoder(faiss_index)(ids), atol=1e-6)
         rebuilt = ann.index_from_codes(codec, rows)
         assert rebuilt.ntotal == faiss_index.ntotal == b["vectors"]
+        assert int(faiss.extract_index_ivf(rebuilt).quantizer.this) == int(faiss.downcast_index(codec).quantizer.this)
         q = np.load(file, mmap_mode="r")[ids[:5]].astype(np.float32)
         for nprobe in (1, 4):
             want, got = ann.search(faiss_index, q, 20, nprobe), ann.search(rebuilt, q, 20, nprobe)
@@ -126,6 +127,29 @@ def test_stage_two_from_codes_ranks_as_from_float16(pair):
         assert top1 >= len(QUERIES) - 1
 
 
+def test_a_shards_stage_one_keeps_the_codec_it_shares_alive(pair):
+    """Shards share the codec's quantizer and rotation: the stage-1 index
+    must hold the codec, however the caller lets go of it."""
+    import gc
+
+    root, _ = pair
+    for name in ("codes", "codes4"):
+        manifest = read_manifest(root / name)
+        s = manifest["shards"][0]
+        rows = ann.read_codes(root / name / s["name"] / s["index"])
+        codec = ann.read_faiss(root / name / manifest["index"]["trained"])
+        q = ann.decoder(codec, rows)(np.arange(8))
+        stage1 = ann.index_from_codes(codec, rows)
+        want = ann.search(stage1, q, 10, 4)
+        del codec
+        gc.collect()
+        others = [ann.read_faiss(root / name / manifest["index"]["trained"]) for _ in range(3)]  # would reuse freed memory
+        got = ann.search(stage1, q, 10, 4)
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+        del others
+
+
 def test_four_bit_codes_are_scanned_in_simd_blocks_and_decoded_a_byte_at_a_time(pair):
     """Stage 1 scans 4-bit codes in FAISS's fast-scan layout, built from the
     plain lists of the same codes; stage 2 decodes them through an 8-bit
@@ -141,6 +165,10 @@ def test_four_bit_codes_are_scanned_in_simd_blocks_and_decoded_a_byte_at_a_time(
         stage1 = ann.index_from_codes(codec, rows)
         assert isinstance(faiss.downcast_index(faiss.extract_index_ivf(stage1)), faiss.IndexIVFPQFastScan)
         assert stage1.ntotal == s["vectors"]
+        # Every shard's stage 1 scans through the codec's own coarse quantizer and rotation, not copies of them.
+        inner = faiss.downcast_index(faiss.downcast_index(codec).index)
+        assert int(faiss.extract_index_ivf(stage1).quantizer.this) == int(inner.quantizer.this)
+        assert int(faiss.downcast_index(stage1).chain.at(0).this) == int(faiss.downcast_index(codec).chain.at(0).this)
         ids = rng.choice(s["vectors"], 200, replace=False)
         np.testing.assert_allclose(ann.decoder(codec, rows)(ids), codec.sa_decode(np.ascontiguousarray(rows[ids])), atol=1e-6)
         decode, rotate = ann.scoring_decoder(codec, rows)
