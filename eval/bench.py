@@ -239,12 +239,13 @@ def _run(args) -> int:
     if args.peer_vectors == "encoder" and peers is None:
         raise ValueError("bench --peer-vectors encoder says where the peers' vectors come from: give --peers fast-plaid with it")
     from_encoder = peers is not None and args.peer_vectors == "encoder"
+    from_index = peers is not None and not from_encoder  # exact MaxSim and the peers read the bench's float16 index
     if from_encoder and (set(peers) - {"fast-plaid"} or {"search", "size", "throughput", "runtimes"} & set(sections)):
         raise ValueError("bench --peer-vectors encoder builds no propdex index: it measures exact MaxSim and fast-plaid alone "
                          "(--peers fast-plaid), with no --sections that read an index (give --sections '' or encode)")
-    backbone = Backbone.load(device="cpu") if set(sections) - {"encode", "scale"} or (peers is not None and not from_encoder) else None
+    backbone = Backbone.load(device="cpu") if set(sections) - {"encode", "scale"} or from_index else None
     index = args.index
-    if index is None and ({"search", "size"} & set(sections) or (peers is not None and not from_encoder)):
+    if index is None and ({"search", "size"} & set(sections) or from_index):
         index = args.work / f"{args.corpus.name}-tokens"
         encoder = load_encoder("tokens", backbone=backbone)
         # float16: exact MaxSim and the peers are built from the index's own vectors.
@@ -278,7 +279,7 @@ def _run(args) -> int:
         result |= side_by_side_encoded(args.corpus, [(q.id, q.text) for q in task.queries], task.qrels, peers,
                                        args.threads or torch.get_num_threads(), args.work / "peers",
                                        fast_plaid_python=args.fast_plaid_python, device=args.device)
-    elif peers is not None:
+    elif from_index:
         task = load_beir(args.corpus)
         result |= side_by_side(index, [(q.id, q.text) for q in task.queries], task.qrels, peers,
                                args.threads or torch.get_num_threads(), args.work / "peers", also=args.also,

@@ -509,8 +509,7 @@ def write_encoded(corpus: str, encoder: "Encoder", out: Path) -> tuple[list[str]
     from propdex.indexer.readers import read_corpus
 
     docs = [r for r in read_corpus([Path(corpus)]) if isinstance(r, Document)]
-    sync = torch_sync(encoder.backbone.device)
-    sync()
+    torch_sync(encoder.backbone.device)()
     started = time.perf_counter()
     passages = [p for d in docs for p in encoder.passages(d)]
     encoded = encoder.encode(passages, progress=True)
@@ -518,7 +517,7 @@ def write_encoded(corpus: str, encoder: "Encoder", out: Path) -> tuple[list[str]
     rows: dict[str, list[np.ndarray]] = {d.id: [] for d in docs}
     for passage, e in zip(passages, encoded):
         rows[passage.doc.id].append(e.vectors.astype(np.float16))
-    doc_ids = [d for d, parts in rows.items() if parts and sum(map(len, parts))]
+    doc_ids = [d for d, parts in rows.items() if sum(map(len, parts))]
     np.save(out / "documents.npy", np.concatenate([v for d in doc_ids for v in rows[d]]))
     np.save(out / "doclens.npy", np.array([sum(map(len, rows[d])) for d in doc_ids], np.int64))
     return doc_ids, {"from": "encoder", "documents": len(docs), "passages": len(passages),

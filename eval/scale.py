@@ -21,7 +21,7 @@ from typing import Any
 
 from propdex.indexer.manifest import read_manifest
 
-from .peers import all_in_bytes, in_child, latency, timed
+from .peers import all_in_bytes, in_child, latency, timed, torch_sync
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,6 @@ def encode_rates(corpus: Path, sizes: list[int], encoders: list[str], device: st
     GPU build. One warm-up batch per encoder runs first, untimed."""
     import time
 
-    import torch
-
     from propdex.encoders import load_encoder
     from propdex.encoders.backbone import Backbone
     from propdex.encoders.provenance import hardware
@@ -77,8 +75,7 @@ def encode_rates(corpus: Path, sizes: list[int], encoders: list[str], device: st
         encoder.encode([p for d in docs[:4] for p in encoder.passages(d)])
         for n in sorted(sizes):
             prefix = docs[:n]
-            if backbone.device.type == "cuda":
-                torch.cuda.synchronize()
+            torch_sync(backbone.device)()
             started = time.perf_counter()
             passages = [p for d in prefix for p in encoder.passages(d)]
             encoded = encoder.encode(passages, progress=True)

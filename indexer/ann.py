@@ -309,9 +309,9 @@ def index_from_codes(codec: faiss.Index, codes: np.ndarray, rows: int = 1 << 16)
         _fill(faiss.extract_index_ivf(index), codes, rows)
         index.ntotal = faiss.extract_index_ivf(index).ntotal  # a transform's wrapper counts its own vectors
         return index
-    # A new IVF-PQ on the codec's quantizer (FAISS's clone would copy it) with the codec's codebooks.
-    ivf = faiss.IndexIVFPQ(trained.quantizer, trained.d, trained.nlist, trained.pq.M, trained.pq.nbits, trained.metric_type)
-    ivf.pq, ivf.by_residual, ivf.is_trained = trained.pq, trained.by_residual, True
+    # FAISS's clone would copy the quantizer: a new IVF-PQ shares it, with the codec's codebooks.
+    ivf = _on_quantizer_of(trained, trained.pq.M, trained.pq.nbits)
+    ivf.pq = trained.pq
     _fill(ivf, codes, rows)
     stage1 = fast_scan(ivf)  # which keeps `ivf` alive where it converts it
     stage1.referenced_objects = [*getattr(stage1, "referenced_objects", ()), codec]  # the shared quantizer's owner
@@ -330,10 +330,10 @@ def _fill(ivf: "faiss.IndexIVF", codes: np.ndarray, rows: int) -> None:
         ivf.add_sa_codes(part, np.arange(start, start + len(part), dtype=np.int64))
 
 
-def fast_scan(index: faiss.Index) -> faiss.Index:
-    """`index` for stage 1 with any 4-bit IVF-PQ codes in FAISS's fast-scan
-    layout (blocks of 32 codes that SIMD scans with in-register lookup
-    tables), searched by the same codes; other indexes as they are.
+def fast_scan(ivf: "faiss.IndexIVFPQ") -> faiss.Index:
+    """The filled IVF-PQ `ivf` for stage 1: where its codes are 4-bit, in
+    FAISS's fast-scan layout (blocks of 32 codes that SIMD scans with
+    in-register lookup tables), searched by the same codes; else `ivf`.
 
     The codes are filled into a plain IVF-PQ first and converted: FAISS
     1.15.1 has no safe way to add codes to a fast-scan index (its
@@ -341,29 +341,19 @@ def fast_scan(index: faiss.Index) -> faiss.Index:
     its file decodes through a null pointer). Stage 1 of a SciFact `tokens`
     query took 2.9 ms over these codes, against 9.0 ms over the 8-bit codes
     of the same size (eval/RESULTS.md, "Codes of 4 bits"). The fast index
-    uses the plain one's coarse quantizer, which it does not own: the
-    returned index keeps the plain one (its lists emptied) alive."""
-    typed = faiss.downcast_index(index)
-    wrapped = isinstance(typed, faiss.IndexPreTransform)
-    if wrapped and typed.chain.size() != 1:
-        return index
-    inner = faiss.downcast_index(typed.index) if wrapped else typed
-    if not _four_bit(inner):
-        return index
-    fast = faiss.IndexIVFPQFastScan(inner, 32)
-    fast.own_fields = False  # the quantizer is `inner`'s (or whoever `inner` shares it with)
+    uses `ivf`'s coarse quantizer, which it does not own, and keeps `ivf`
+    (its lists emptied) alive."""
+    if not _four_bit(ivf):
+        return ivf
+    fast = faiss.IndexIVFPQFastScan(ivf, 32)
+    fast.own_fields = False  # the quantizer is `ivf`'s (or whoever `ivf` shares it with)
     # The plain lists are a second copy of every code: let them go.
-    empty = faiss.ArrayInvertedLists(inner.nlist, inner.code_size)
+    empty = faiss.ArrayInvertedLists(ivf.nlist, ivf.code_size)
     empty.this.disown()  # FAISS owns it now, not Python
-    inner.replace_invlists(empty, True)
+    ivf.replace_invlists(empty, True)
     fast.orig_invlists = None  # FAISS keeps the plain lists' address, for debugging searches (implem 1, 2)
-    fast.referenced_objects = [index, inner]
-    if not wrapped:
-        return fast
-    out = faiss.IndexPreTransform(typed.chain.at(0), fast)
-    out.ntotal = fast.ntotal
-    out.referenced_objects = [index, fast]  # the OPQ transform stays the plain wrapper's
-    return out
+    fast.referenced_objects = [ivf]
+    return fast
 
 
 def write_faiss(index: faiss.Index, path: Path) -> None:
@@ -508,11 +498,19 @@ def _byte_codec(index: Any) -> "faiss.IndexIVFPQ | None":
     book = faiss.vector_to_array(pq.centroids).reshape(pq.M, pq.ksub, pq.dsub)
     byte = np.arange(256)
     pairs = np.concatenate([book[0::2][:, byte & 15], book[1::2][:, byte >> 4]], axis=2)
-    codec = faiss.IndexIVFPQ(index.quantizer, index.d, index.nlist, pq.M // 2, 8, index.metric_type)
-    codec.by_residual = index.by_residual
+    codec = _on_quantizer_of(index, pq.M // 2, 8)  # the caller keeps `index` alive
     faiss.copy_array_to_vector(np.ascontiguousarray(pairs, dtype=np.float32).ravel(), codec.pq.centroids)
-    codec.is_trained = True  # its coarse quantizer is `index`'s: the caller keeps `index` alive
     return codec
+
+
+def _on_quantizer_of(index: "faiss.IndexIVFPQ", m: int, nbits: int) -> "faiss.IndexIVFPQ":
+    """An empty, trained IVF-PQ of `m` codes of `nbits` that routes and
+    takes residuals as `index` does, through `index`'s own coarse
+    quantizer (not a copy, not owned: `index` must outlive it). Its
+    codebooks are the caller's to set."""
+    ivf = faiss.IndexIVFPQ(index.quantizer, index.d, index.nlist, m, nbits, index.metric_type)
+    ivf.by_residual, ivf.is_trained = index.by_residual, True
+    return ivf
 
 
 def scoring_decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = None

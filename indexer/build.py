@@ -40,8 +40,8 @@ import fcntl
 import logging
 import os
 import resource
-import sys
 import shutil
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
