@@ -345,14 +345,19 @@ def score(task: Task, level: str, outcome: Outcome) -> dict[str, float]:
 def top1_breakdown(task: Task, outcome: Outcome) -> dict[str, int]:
     """PropSegment: where each query's top proposition comes from - a gold
     premise, a sibling in the query's own sentence, elsewhere in the query's
-    document, a gold premise's sentence or document, or another document."""
-    counts = dict.fromkeys(("gold", "query_sentence", "query_document", "gold_sentence", "gold_document", "other"), 0)
+    document, a gold premise's sentence or document, or another document -
+    and `gold_past_siblings`: the queries whose best proposition outside
+    their own sentence is gold. Gold is never in the query's sentence, so
+    that count less `gold` is what sibling top-1s cost the system's P@1."""
+    counts = dict.fromkeys(("gold", "query_sentence", "query_document", "gold_sentence", "gold_document", "other", "gold_past_siblings"), 0)
     for q in task.queries:
         ranking = metrics.remove_ids(outcome.rankings[q.id], task.exclude.get(q.id))
         if not ranking:
             continue
         top, gold = ranking[0], task.gold_docs[q.id]
         q_sentence, t_sentence = task.sentence_of(q.id), task.sentence_of(top)
+        past = next((p for p in ranking if task.sentence_of(p) != q_sentence), None)
+        counts["gold_past_siblings"] += past in gold
         gold_sentences = {task.sentence_of(g) for g in gold}
         if top in gold:
             counts["gold"] += 1

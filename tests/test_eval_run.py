@@ -65,13 +65,19 @@ def test_beir_limit_run_bm25():
 
 def test_propsegment_levels_bm25():
     folder = str(DATA / "propsegment" / "v1")
-    unit = evaluate("propsegment", folder, ["bm25"])["systems"]["bm25"]["metrics"]
+    run = evaluate("propsegment", folder, ["bm25"])["systems"]["bm25"]
+    unit, top1 = run["metrics"], run["top1"]
     sentence = evaluate("propsegment", folder, ["bm25"], level="sentence")["systems"]["bm25"]["metrics"]
     doc = evaluate("propsegment", folder, ["bm25"], level="doc")["systems"]["bm25"]["metrics"]
     assert set(unit) == {"P@1", "R@5", "R@10", "R@20"}
     # coarser units are easier to hit: recall grows with the level
     assert unit["R@5"] < sentence["R@5"] < doc["R@5"]
     assert 0.2 < unit["P@1"] < 0.4
+    # every top-1 has one origin; past the query's own sentence, a sibling's
+    # place goes to the next proposition, which gains at most the sibling top-1s
+    assert sum(v for k, v in top1.items() if k != "gold_past_siblings") == 349
+    assert top1["gold"] == round(349 * unit["P@1"])
+    assert top1["gold"] < top1["gold_past_siblings"] <= top1["gold"] + top1["query_sentence"]
 
 
 def test_malformed_spec_names_itself_and_the_grammar():
