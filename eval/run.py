@@ -447,6 +447,21 @@ def markdown(result: dict[str, Any]) -> str:
                   _fmt(s.get("all_in_bytes_per_vector"), 1), _fmt(s.get("encode_s"), 1) + (" (shared)" if s.get("encode_shared") else "")]
         cells += [_fmt(s["latency_ms_p50"], 1), _fmt(s["latency_ms_p95"], 1)]
         lines.append("| " + " | ".join(cells) + " |")
+    if top1 := {name: s["top1"] for name, s in systems.items() if "top1" in s}:
+        lines += ["", top1_markdown(top1)]
+    return "\n".join(lines)
+
+
+def top1_markdown(top1: dict[str, dict[str, int]]) -> str:
+    """PropSegment's `top1_breakdown` per system: where the top propositions
+    come from, and P@1 once the query's own sentence is passed over."""
+    origins = ("gold", "query_sentence", "query_document", "gold_sentence", "gold_document", "other")
+    head = ["system", "top-1: gold", "sibling", "query's document", "gold's sentence", "gold's document", "other", "P@1 past siblings"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, counts in top1.items():
+        n = sum(counts[o] for o in origins)
+        past = counts.get("gold_past_siblings")
+        lines.append("| " + " | ".join([name, *(str(counts[o]) for o in origins), _fmt(past and 100 * past / n, 2)]) + " |")
     return "\n".join(lines)
 
 

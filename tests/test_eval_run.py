@@ -65,7 +65,8 @@ def test_beir_limit_run_bm25():
 
 def test_propsegment_levels_bm25():
     folder = str(DATA / "propsegment" / "v1")
-    run = evaluate("propsegment", folder, ["bm25"])["systems"]["bm25"]
+    result = evaluate("propsegment", folder, ["bm25"])
+    run = result["systems"]["bm25"]
     unit, top1 = run["metrics"], run["top1"]
     sentence = evaluate("propsegment", folder, ["bm25"], level="sentence")["systems"]["bm25"]["metrics"]
     doc = evaluate("propsegment", folder, ["bm25"], level="doc")["systems"]["bm25"]["metrics"]
@@ -78,6 +79,7 @@ def test_propsegment_levels_bm25():
     assert sum(v for k, v in top1.items() if k != "gold_past_siblings") == 349
     assert top1["gold"] == round(349 * unit["P@1"])
     assert top1["gold"] < top1["gold_past_siblings"] <= top1["gold"] + top1["query_sentence"]
+    assert f"| bm25 | {top1['gold']} | {top1['query_sentence']} |" in markdown(result)
 
 
 def test_malformed_spec_names_itself_and_the_grammar():
