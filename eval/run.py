@@ -342,6 +342,10 @@ def score(task: Task, level: str, outcome: Outcome) -> dict[str, float]:
     return metrics.hotpotqa_metrics(r, gold)
 
 
+# Where a PropSegment query's top proposition comes from (`top1_breakdown`).
+TOP1_ORIGINS = ("gold", "query_sentence", "query_document", "gold_sentence", "gold_document", "other")
+
+
 def top1_breakdown(task: Task, outcome: Outcome) -> dict[str, int]:
     """PropSegment: where each query's top proposition comes from - a gold
     premise, a sibling in the query's own sentence, elsewhere in the query's
@@ -349,7 +353,7 @@ def top1_breakdown(task: Task, outcome: Outcome) -> dict[str, int]:
     and `gold_past_siblings`: the queries whose best proposition outside
     their own sentence is gold. Gold is never in the query's sentence, so
     that count less `gold` is what sibling top-1s cost the system's P@1."""
-    counts = dict.fromkeys(("gold", "query_sentence", "query_document", "gold_sentence", "gold_document", "other", "gold_past_siblings"), 0)
+    counts = dict.fromkeys((*TOP1_ORIGINS, "gold_past_siblings"), 0)
     for q in task.queries:
         ranking = metrics.remove_ids(outcome.rankings[q.id], task.exclude.get(q.id))
         if not ranking:
@@ -455,13 +459,12 @@ def markdown(result: dict[str, Any]) -> str:
 def top1_markdown(top1: dict[str, dict[str, int]]) -> str:
     """PropSegment's `top1_breakdown` per system: where the top propositions
     come from, and P@1 once the query's own sentence is passed over."""
-    origins = ("gold", "query_sentence", "query_document", "gold_sentence", "gold_document", "other")
     head = ["system", "top-1: gold", "sibling", "query's document", "gold's sentence", "gold's document", "other", "P@1 past siblings"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, counts in top1.items():
-        n = sum(counts[o] for o in origins)
-        past = counts.get("gold_past_siblings")
-        lines.append("| " + " | ".join([name, *(str(counts[o]) for o in origins), _fmt(past and 100 * past / n, 2)]) + " |")
+        past = counts.get("gold_past_siblings")  # absent from files written before session 46
+        share = None if past is None else 100 * past / sum(counts[o] for o in TOP1_ORIGINS)
+        lines.append("| " + " | ".join([name, *(str(counts[o]) for o in TOP1_ORIGINS), _fmt(share, 2)]) + " |")
     return "\n".join(lines)
 
 
