@@ -306,8 +306,9 @@ def index_from_codes(codec: faiss.Index, codes: np.ndarray, rows: int = 1 << 16)
     trained = faiss.downcast_index(typed.index) if wrapped else typed
     if type(trained) is not faiss.IndexIVFPQ:
         index = faiss.clone_index(codec)
-        _fill(faiss.extract_index_ivf(index), codes, rows)
-        index.ntotal = faiss.extract_index_ivf(index).ntotal  # a transform's wrapper counts its own vectors
+        ivf = faiss.extract_index_ivf(index)
+        _fill(ivf, codes, rows)
+        index.ntotal = ivf.ntotal  # a transform's wrapper counts its own vectors
         return index
     # FAISS's clone would copy the quantizer: a new IVF-PQ shares it, with the codec's codebooks.
     ivf = _on_quantizer_of(trained, trained.pq.M, trained.pq.nbits)
