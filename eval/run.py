@@ -352,8 +352,13 @@ def top1_breakdown(task: Task, outcome: Outcome) -> dict[str, int]:
     document, a gold premise's sentence or document, or another document -
     and `gold_past_siblings`: the queries whose best proposition outside
     their own sentence is gold. Gold is never in the query's sentence, so
-    that count less `gold` is what sibling top-1s cost the system's P@1."""
-    counts = dict.fromkeys((*TOP1_ORIGINS, "gold_past_siblings"), 0)
+    that count less `gold` is what sibling top-1s cost the system's P@1.
+    `sibling_contains_query` counts the sibling top-1s whose tokens include
+    all of the query's: PropSegment's segmentations nest, and such a sibling
+    states the query and more, an entailment its relations never label
+    because they only pair propositions of different documents."""
+    counts = dict.fromkeys((*TOP1_ORIGINS, "gold_past_siblings", "sibling_contains_query"), 0)
+    docs = {d.id: d for d in task.corpus}
     for q in task.queries:
         ranking = metrics.remove_ids(outcome.rankings[q.id], task.exclude.get(q.id))
         if not ranking:
@@ -367,6 +372,7 @@ def top1_breakdown(task: Task, outcome: Outcome) -> dict[str, int]:
             counts["gold"] += 1
         elif t_sentence == q_sentence:
             counts["query_sentence"] += 1
+            counts["sibling_contains_query"] += _covers(docs[top].focus, docs[q.id].focus)
         elif t_sentence[0] == q_sentence[0]:
             counts["query_document"] += 1
         elif t_sentence in gold_sentences:
@@ -376,6 +382,12 @@ def top1_breakdown(task: Task, outcome: Outcome) -> dict[str, int]:
         else:
             counts["other"] += 1
     return counts
+
+
+def _covers(outer: Sequence[tuple[int, int]], inner: Sequence[tuple[int, int]]) -> bool:
+    """Whether character spans `outer` cover every character of `inner`."""
+    chars = {c for a, b in outer for c in range(a, b)}
+    return all(c in chars for a, b in inner for c in range(a, b))
 
 
 def evaluate(
@@ -459,12 +471,15 @@ def markdown(result: dict[str, Any]) -> str:
 def top1_markdown(top1: dict[str, dict[str, int]]) -> str:
     """PropSegment's `top1_breakdown` per system: where the top propositions
     come from, and P@1 once the query's own sentence is passed over."""
-    head = ["system", "top-1: gold", "sibling", "query's document", "gold's sentence", "gold's document", "other", "P@1 past siblings"]
+    head = ["system", "top-1: gold", "sibling", "query's document", "gold's sentence", "gold's document", "other",
+            "P@1 past siblings", "siblings holding the query"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, counts in top1.items():
         past = counts.get("gold_past_siblings")  # absent from files written before session 46
         share = None if past is None else 100 * past / sum(counts[o] for o in TOP1_ORIGINS)
-        lines.append("| " + " | ".join([name, *(str(counts[o]) for o in TOP1_ORIGINS), _fmt(share, 2)]) + " |")
+        holding = counts.get("sibling_contains_query")  # absent from files written before session 47
+        cells = [name, *(str(counts[o]) for o in TOP1_ORIGINS), _fmt(share, 2), "–" if holding is None else str(holding)]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -79,7 +79,19 @@ def test_propsegment_levels_bm25():
     assert sum(top1[o] for o in TOP1_ORIGINS) == 349
     assert top1["gold"] == round(349 * unit["P@1"])
     assert top1["gold"] < top1["gold_past_siblings"] <= top1["gold"] + top1["query_sentence"]
+    # nested segmentations: BM25 ranks a sibling that repeats the query's words first
+    assert 0 < top1["sibling_contains_query"] < top1["query_sentence"]
     assert f"| bm25 | {top1['gold']} | {top1['query_sentence']} |" in markdown(result)
+    assert markdown(result).count(f"| {top1['sibling_contains_query']} |") >= 1
+
+
+def test_covers_compares_characters_not_span_boundaries():
+    from propdex.eval.run import _covers
+
+    assert _covers([(0, 10)], [(2, 4), (6, 9)])
+    assert _covers([(0, 5), (5, 9)], [(3, 7)])  # adjacent spans cover a span across their seam
+    assert not _covers([(0, 5), (6, 9)], [(3, 7)])
+    assert not _covers([(2, 4)], [(0, 10)])
 
 
 def test_malformed_spec_names_itself_and_the_grammar():
