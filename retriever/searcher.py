@@ -174,7 +174,7 @@ class Searcher:
         if encoder.backbone.weights_hash != manifest["backbone"]["weights_sha256"]:
             raise ValueError(f"backbone {encoder.backbone.name!r} here has other weights than the index was built with")
         shards: list[_Shard] = []
-        codec = None  # the trained index that standalone codes are read through: read once, for every shard
+        codec = decoding = None  # the trained index that standalone codes are read through, and decoded by: once, for every shard
         try:
             for s in manifest["shards"]:
                 if s["index"] is None:
@@ -184,7 +184,9 @@ class Searcher:
                 file = path / s["name"] / s["index"]
                 codes = ann.read_codes(file) if ann.holds_codes(file) else None
                 if codes is not None:
-                    codec = codec or ann.read_faiss(path / manifest["index"]["trained"])
+                    if codec is None:
+                        codec = ann.read_faiss(path / manifest["index"]["trained"])
+                        decoding = ann.decoding_codec(codec)  # one pair codebook for every shard's stage 2
                     index = ann.index_from_codes(codec, codes)
                 else:
                     index = ann.read_shard_index(file, store.dim, s["vectors"], mmap)
@@ -195,7 +197,7 @@ class Searcher:
                 shards[-1].index = index
                 if not store.has_vectors:  # store="codes": stage 2 decodes the index's codes
                     # Standalone codes decode through their codec; stage 1 may scan them in another layout.
-                    store.decoder, shards[-1].rotate = ann.scoring_decoder(index if codes is None else codec, codes,
+                    store.decoder, shards[-1].rotate = ann.scoring_decoder(index if codes is None else decoding, codes,
                                                                            manifest["index"].get("vector_norm"))
                 if s.get("deleted"):
                     shards[-1].live = np.ones(len(store), dtype=bool)

@@ -191,6 +191,33 @@ def test_four_bit_codes_are_scanned_in_simd_blocks_and_decoded_a_byte_at_a_time(
     assert main(["verify", str(root / "codes4")]) == 0
 
 
+def test_shards_that_share_a_codec_share_one_pair_codebook(pair, monkeypatch):
+    """The pair codec that decodes 4-bit codes a byte at a time is built once
+    for all shards of a searcher, and decodes as the 4-bit codec does."""
+    root, encoder = pair
+    manifest = read_manifest(root / "codes4")
+    codec = ann.read_faiss(root / "codes4" / manifest["index"]["trained"])
+    decoding = ann.decoding_codec(codec)
+    inner = faiss.downcast_index(faiss.downcast_index(decoding).index)
+    assert (inner.pq.M, inner.pq.nbits) == (96, 8)
+    assert int(inner.quantizer.this) == int(faiss.downcast_index(faiss.downcast_index(codec).index).quantizer.this)
+    rows = ann.read_codes(root / "codes4" / manifest["shards"][0]["name"] / manifest["shards"][0]["index"])
+    ids = np.arange(0, len(rows), 7)
+    want = codec.sa_decode(np.ascontiguousarray(rows[ids]))
+    np.testing.assert_allclose(ann.decoder(decoding, rows)(ids), want, atol=1e-6)
+    del codec  # the decoding codec keeps what it routes through alive
+    np.testing.assert_allclose(ann.decoder(decoding, rows)(ids), want, atol=1e-6)
+    eight_bit = ann.read_faiss(root / "codes" / read_manifest(root / "codes")["index"]["trained"])
+    assert ann.decoding_codec(eight_bit) is eight_bit  # nothing to swap
+    built = []
+    real = ann._byte_codec
+    monkeypatch.setattr(ann, "_byte_codec", lambda index: built.append(real(index)) or built[-1])
+    with Searcher.load(root / "codes4", encoder=encoder) as searcher:
+        assert len(manifest["shards"]) == 2 and sum(b is not None for b in built) == 1
+        assert searcher.search(QUERIES[0], k=5)
+    assert sum(b is not None for b in built) == 1  # stage 2 of both shards decoded through it
+
+
 @pytest.mark.parametrize("backend", ["faiss", "hnsw"])
 def test_flat_and_hnsw_codes_are_the_vectors_and_a_living_index_keeps_working(tmp_path, tiny, backend):
     """Flat and HNSW hold float32 vectors: store="codes" scores exactly, and
