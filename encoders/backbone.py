@@ -5,6 +5,7 @@ The default backbone, all-MiniLM-L6-v2, resolves to the copy the PyPI package
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -53,6 +54,11 @@ def pick_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+def _half() -> torch.dtype:
+    """A GPU's half precision: bf16 where it is supported, else fp16."""
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
 @dataclass
 class Backbone:
     """A transformer encoder, its fast tokenizer and where it runs."""
@@ -73,10 +79,14 @@ class Backbone:
 
     @classmethod
     def load(cls, name: str = DEFAULT_BACKBONE, device: str = "auto", max_length: int | None = None,
-             local_only: bool = False, runtime: str = "torch") -> "Backbone":
+             local_only: bool = False, runtime: str = "torch", dtype: torch.dtype | None = None) -> "Backbone":
         """`name`: a local directory or a hub name (from the cache first; from
         the hub only when `local_only` is off and the cache lacks it).
-        `runtime`: what runs the frozen forward pass on a CPU (encoders/runtime.py)."""
+        `runtime`: what runs the frozen forward pass on a CPU (encoders/runtime.py).
+        `dtype`: the weights' type; by default half precision on a GPU (bf16
+        where supported, else fp16) and float32 on a CPU. Training that passes
+        gradients through the backbone loads it in float32 and runs under
+        `autocast`."""
         source = resolve_backbone(name)
         dev = pick_device(device)
         check_runtime(runtime, dev)
@@ -96,10 +106,8 @@ class Backbone:
                 ) from None
         if not tokenizer.is_fast:
             raise ValueError(f"backbone {name!r} has no fast tokenizer; character offsets need one")
-        if dev.type == "cuda":
-            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-            model = model.to(dtype)
-        model = model.to(dev).eval()
+        dtype = dtype or (_half() if dev.type == "cuda" else torch.float32)
+        model = model.to(dev, dtype).eval()
         return cls(name, model, tokenizer, dev, max_length or _default_max_length(source, tokenizer, model), str(source), runtime=runtime)
 
     @cached_property
@@ -108,6 +116,19 @@ class Backbone:
         if self.runtime == "torch":
             raise ValueError("this backbone runs in torch; it has no ONNX session")
         return OnnxSession(self, int8=self.runtime == "onnx-int8")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """What the backbone computes in: half precision on a GPU unless loaded
+        otherwise, float32 on a CPU. Modules loaded beside it (a nugget
+        scorer, Cross-Thought's slots) are cast to it for inference."""
+        return next(self.model.parameters()).dtype
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Mixed precision for training through a float32 backbone: on a GPU
+        the matmuls run in half precision while the weights, and the
+        optimiser's updates, stay float32. On a CPU nothing changes."""
+        return torch.autocast("cuda", dtype=_half()) if self.device.type == "cuda" else contextlib.nullcontext()
 
     @property
     def dim(self) -> int:

@@ -444,7 +444,7 @@ class CrossThoughtEncoder(Encoder):
             if self.ct_config["backbone"] != backbone.name and not Path(name).is_dir():
                 raise ValueError(f"the packaged Cross-Thought weights were trained on {self.ct_config['backbone']}, not {backbone.name}")
             self.weights_sha256 = verified_sha256(self.path, weights_sha256)
-        self.ct.to(backbone.device)
+        self.ct.to(backbone.device, backbone.dtype)
         self.length = int(self.ct_config["sequence_tokens"])
         self.prefix = self.ct.n_slots
 
@@ -480,6 +480,7 @@ class CrossThoughtEncoder(Encoder):
         if cross is None:
             out = nn.functional.normalize(slots.float(), dim=-1) / math.sqrt(slots.shape[1])
         else:
+            slots = slots.to(self.backbone.device, self.backbone.dtype)  # `forward` gives float32 states on the CPU
             out = cross.queries(slots) if query else cross.keys(slots)
         return out.flatten(1).float().cpu().numpy()
 

@@ -377,7 +377,7 @@ class NuggetEncoder(TokensEncoder):
             if nugget_config["backbone"] != backbone.name and not Path(weights).is_dir():
                 raise ValueError(f"the packaged nugget weights were trained on {nugget_config['backbone']}, not {backbone.name}")
             self.weights_sha256 = verified_sha256(self.path, weights_sha256)
-            self.nugget.to(backbone.device)
+            self.nugget.to(backbone.device, backbone.dtype)
             trained_ratio = nugget_config["ratio"]
             # Passages as long as the ones trained on: k grows with n, but the
             # scorer has only seen passages this long.

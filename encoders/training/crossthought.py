@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from .. import DEFAULT_BACKBONE
 from ..backbone import Backbone
 from ..base import clip_title
 from ..crossthought import SEQUENCE_TOKENS, CrossThoughtModel, crossthought_weights, mask_words, tokenized_sequences
@@ -193,7 +194,7 @@ def train_crossthought(
     started = time.time()
     random.seed(seed)
     torch.manual_seed(seed)
-    bb = backbone if isinstance(backbone, Backbone) else Backbone.load(backbone, device=device) if backbone else Backbone.load(device=device)
+    bb = backbone if isinstance(backbone, Backbone) else Backbone.load(backbone or DEFAULT_BACKBONE, device=device, dtype=torch.float32)  # trained through: autocast
     tok = bb.tokenizer
     bb.model.eval().requires_grad_(False)
     # Enough runs for every step even if each held only two sequences.
@@ -209,17 +210,20 @@ def train_crossthought(
     params = [p for p in model.parameters() if p.requires_grad]
     # steps = 0 saves the untrained model: the reference that shows what training added.
     opt, sched, warmup = adamw_with_warmup(params, lr, max(1, steps))
-    before = heldout(objective, held_batches)
+    with bb.autocast():
+        before = heldout(objective, held_batches)
     model.train()
     generator = torch.Generator().manual_seed(seed)
     running = None
     label = "masked LM control" if control else "cross-thought"
     bar = tqdm(zip(range(steps), samples(runs, batch)), total=steps, desc=f"train {label} N={slots}")
     for _, sample in bar:
-        loss, parts = objective(sample, generator)
+        with bb.autocast():
+            loss, parts = objective(sample, generator)
         running = smoothed(running, update(loss, params, opt, sched))
         bar.set_postfix(loss=f"{running:.3f}", **{k: f"{v:.2f}" for k, v in parts.items()})
-    after = heldout(objective, held_batches)
+    with bb.autocast():
+        after = heldout(objective, held_batches)
 
     state, config = crossthought_weights(model, bb.name, length)
     objective_name = "masked LM (short sequences only)" if control else "masked LM through the cross-sequence layer"

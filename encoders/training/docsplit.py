@@ -24,6 +24,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..adapters import adapt, adapter_stages, lora_config, lora_state, upper_layers
+from .. import DEFAULT_BACKBONE
 from ..backbone import Backbone
 from ..provenance import command_line, hardware, library_versions, save_weights
 from ..text import split_sentences
@@ -63,6 +64,8 @@ def docsplit_loss(a: torch.Tensor, a_valid: torch.Tensor, b: torch.Tensor, b_val
 
 class VectorSets(Protocol):
     """A trainable encoder seen by DocSplit."""
+
+    backbone: Backbone
 
     def __call__(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """(batch, k, dim) L2-normalised vectors and (batch, k) validity."""
@@ -124,9 +127,11 @@ def train_docsplit(
     for step in bar:
         docs = [documents[(step * batch + i) % len(documents)] for i in range(batch)]
         halves = [split_halves(len(d), rng) for d in docs]
-        a = sets([" ".join(d[i] for i in ha) for d, (ha, _) in zip(docs, halves)])
-        b = sets([" ".join(d[i] for i in hb) for d, (_, hb) in zip(docs, halves)])
-        losses.append(update(docsplit_loss(*a, *b, tau=tau), params, opt, sched))
+        with sets.backbone.autocast():
+            a = sets([" ".join(d[i] for i in ha) for d, (ha, _) in zip(docs, halves)])
+            b = sets([" ".join(d[i] for i in hb) for d, (_, hb) in zip(docs, halves)])
+            loss = docsplit_loss(*a, *b, tau=tau)
+        losses.append(update(loss, params, opt, sched))
         bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
     return losses
 
@@ -144,7 +149,7 @@ def run_docsplit(
 
     started = time.time()
     torch.manual_seed(seed)
-    bb = Backbone.load(backbone, device=device) if backbone else Backbone.load(device=device)
+    bb = Backbone.load(backbone or DEFAULT_BACKBONE, device=device, dtype=torch.float32)  # trained through: autocast
     documents = wiki_documents(wiki, steps * batch, seed=seed)
     log.info("docsplit (%s): %d documents", encoder, len(documents))
     if encoder == "nugget":

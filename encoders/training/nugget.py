@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from .. import DEFAULT_BACKBONE
 from ..backbone import Backbone
 from ..adapters import layer_stack
 from ..nugget import NuggetDecoder, NuggetModel, nugget_weights
@@ -67,7 +68,7 @@ def train_nugget(
     started = time.time()
     random.seed(seed)
     torch.manual_seed(seed)
-    bb = Backbone.load(backbone, device=device) if backbone else Backbone.load(device=device)
+    bb = Backbone.load(backbone or DEFAULT_BACKBONE, device=device, dtype=torch.float32)  # trained through: autocast
     texts = wiki_passages(wiki, "train", steps * batch, max_words, seed)
     heldout = wiki_passages(wiki, "heldout", 256, max_words, seed)
     log.info("nugget AE: %d training passages, %d held out", len(texts), len(heldout))
@@ -89,13 +90,14 @@ def train_nugget(
     bar = tqdm(range(steps), desc="train nugget (AE)")
     for step in bar:
         chunk = [texts[(step * batch + i) % len(texts)] for i in range(batch)]
-        loss = reconstruction_loss(nugget, decoder, tokenize(chunk), next(ratio_cycle), pad, negatives=negatives)
+        with bb.autocast():
+            loss = reconstruction_loss(nugget, decoder, tokenize(chunk), next(ratio_cycle), pad, negatives=negatives)
         running = smoothed(running, update(loss, params, opt, sched))
         bar.set_postfix(loss=f"{running:.3f}")
     nugget.eval()
     decoder.eval()
     heldout_nll = {}
-    with torch.no_grad():
+    with torch.no_grad(), bb.autocast():
         for r in ratios:
             losses = [reconstruction_loss(nugget, decoder, tokenize(heldout[i : i + 32]), r, pad).item() for i in range(0, len(heldout), 32)]
             heldout_nll[str(r)] = round(sum(losses) / len(losses), 4)
