@@ -23,8 +23,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..adapters import adapt, adapter_stages, lora_config, lora_state, upper_layers
 from .. import DEFAULT_BACKBONE
+from ..adapters import adapt, adapter_stages, lora_config, lora_state, upper_layers
 from ..backbone import Backbone
 from ..provenance import command_line, hardware, library_versions, save_weights
 from ..text import split_sentences
