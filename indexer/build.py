@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import functools
 import logging
 import os
 import resource
@@ -624,7 +625,10 @@ class IndexWriter:
             if not rewrite:
                 return {"rewritten": 0, "removed": 0, "shards": len(shards)}
             live = [(s, o) for s in rewrite for o in sorted(set(range(s["docs"])) - set(self._deleted(s).tolist()))]
-            stores = {s["name"]: self._store(s) for s in rewrite}
+            # Every codes shard decodes through one copy of the trained codec: at 65,536 lists its
+            # quantizer alone is 100 MB, and all the shards to rewrite are open at once.
+            codec = functools.cache(lambda: ann.decoding_codec(ann.read_faiss(self.out / self.manifest["index"]["trained"])))
+            stores = {s["name"]: self._store(s, codec) for s in rewrite}
 
             def stored(pairs: list[tuple[dict[str, Any], int]]) -> Iterator[tuple[list[Document], list[Encoded], int]]:
                 for start in range(0, len(pairs), ENCODE_DOCS):
@@ -662,15 +666,16 @@ class IndexWriter:
         finally:
             self.close()
 
-    def _store(self, shard: dict[str, Any]) -> ShardStore:
+    def _store(self, shard: dict[str, Any], codec: Callable[[], Any]) -> ShardStore:
         """A committed shard's store, decoding its index's codes where it keeps no vectors
-        (compaction then re-encodes the decoded vectors: store="codes" is lossy once more)."""
+        (compaction then re-encodes the decoded vectors: store="codes" is lossy once more);
+        `codec()` gives the trained codec that standalone codes decode through."""
         store = ShardStore(self.out / shard["name"])
         if not store.has_vectors:
             path = self.out / shard["name"] / shard["index"]
             norm = self.manifest["index"].get("vector_norm")
             if ann.holds_codes(path):
-                store.decoder = ann.decoder(ann.read_faiss(self.out / self.manifest["index"]["trained"]), ann.read_codes(path), norm)
+                store.decoder = ann.decoder(codec(), ann.read_codes(path), norm)
             else:
                 store.decoder = ann.decoder(ann.read_shard_index(path, store.dim, shard["vectors"]), norm=norm)
         return store

@@ -218,6 +218,30 @@ def test_shards_that_share_a_codec_share_one_pair_codebook(pair, monkeypatch):
     assert sum(b is not None for b in built) == 1  # stage 2 of both shards decoded through it
 
 
+def test_compaction_decodes_every_shard_through_one_codec(pair, tmp_path, monkeypatch):
+    """Compaction opens every shard it rewrites at once; their codes decode
+    through one read of the trained codec, not one a shard."""
+    import shutil
+
+    root, encoder = pair
+    shutil.copytree(root / "codes4", tmp_path / "codes4")
+    index = propdex.Index(tmp_path / "codes4", encoder)
+    ids = [d.id for d in _docs(60)]
+    assert index.delete([ids[0], ids[45]])["deleted"] == 2  # one from each shard
+    reads = []
+    real = ann.read_faiss
+    monkeypatch.setattr(ann, "read_faiss", lambda path, *a, **kw: reads.append(path.name) or real(path, *a, **kw))
+    assert IndexWriter.open(tmp_path / "codes4", encoder).compact()["rewritten"] == 2
+    # One read decodes both shards (it was one a shard); `_add` reads it once more to encode the new shards' codes.
+    assert reads.count(read_manifest(tmp_path / "codes4")["index"]["trained"]) == 2
+    monkeypatch.undo()
+    index.refresh()
+    assert len(index) == 58 and ids[0] not in index and ids[1] in index
+    assert index.search(QUERIES[0], k=5)
+    index.close()
+    assert main(["verify", str(tmp_path / "codes4")]) == 0
+
+
 @pytest.mark.parametrize("backend", ["faiss", "hnsw"])
 def test_flat_and_hnsw_codes_are_the_vectors_and_a_living_index_keeps_working(tmp_path, tiny, backend):
     """Flat and HNSW hold float32 vectors: store="codes" scores exactly, and
