@@ -9,7 +9,9 @@ record is read.
 
 Formats are detected from content (compressed files are opened by their magic
 bytes, whatever their name), falling back to the file name only when a
-compressed file is too damaged to read its beginning.
+compressed file is too damaged to read its beginning. Plain text and Markdown
+are the exception: they have no telling content, so their names say it
+(TEXT_SUFFIXES), and a folder of notes reads without a `--format`.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import html
 import io
 import json
 import logging
+import os
 import re
 import xml.etree.ElementTree as ET
 import zlib
@@ -65,7 +68,9 @@ class Skip:
 
 
 Record = Document | Skip
-FORMATS = ("jsonl", "beir", "hotpotqa", "propsegment", "mediawiki", "wikiextractor")
+FORMATS = ("jsonl", "beir", "hotpotqa", "propsegment", "mediawiki", "wikiextractor", "text")
+# Files read as `text` by their name, whatever they begin with (a note may open with "{" or "<").
+TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown", ".rst")
 # LMDB keys hold at most 511 bytes, and a document's key is "id/" + its id.
 MAX_ID_BYTES = 500
 
@@ -379,6 +384,8 @@ def _sniff(path: Path) -> tuple[str | None, str | None]:
     """(format or None, error met while reading the file's beginning or None)."""
     if _CLUSTER_FILE.fullmatch(path.name):
         return "propsegment", None
+    if _is_text_name(path):
+        return "text", None
     head = b""
     error = None
     try:
@@ -392,6 +399,15 @@ def _sniff(path: Path) -> tuple[str | None, str | None]:
     if fmt is None and error is not None:
         fmt = _format_of_name(path)
     return fmt, error
+
+
+def _bare_name(path: Path) -> Path:
+    """The file's name without a compression suffix: notes.md for notes.md.gz."""
+    return Path(re.sub(r"\.(bz2|gz)$", "", path.name))
+
+
+def _is_text_name(path: Path) -> bool:
+    return _bare_name(path).suffix.lower() in TEXT_SUFFIXES
 
 
 def _format_of_head(head: bytes) -> str | None:
@@ -413,7 +429,7 @@ def _format_of_head(head: bytes) -> str | None:
 
 def _format_of_name(path: Path) -> str | None:
     """A guess from the name, for files whose content cannot be read."""
-    name = re.sub(r"\.(bz2|gz)$", "", path.name)
+    name = _bare_name(path).name
     if name.endswith(".jsonl"):
         return "jsonl"
     if ".xml" in name:  # dump names go on after .xml: "...xml-p10p30302.bz2"
@@ -978,10 +994,115 @@ def _wikiextractor_record(
     return _document(attrs["id"], "".join(body).strip(), title, source, max_chars, metadata=extra)
 
 
+# ------------------------------------------------------ plain text and Markdown
+
+
+_MARKUP_SUFFIXES = (".md", ".markdown", ".rst")
+_FRONT_MATTER = re.compile(r"---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|$)", re.S)
+_FRONT_TITLE = re.compile(r"^title:[ \t]*(.*?)[ \t]*$", re.M)
+_ATX_HEADING = re.compile(r"[ \t]{0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+_UNDERLINE = re.compile(r"[ \t]*(?:=+|-+|~+|\^+|\*+|#+)[ \t]*$")
+# Lines of lightweight markup that stand alone: headings, list items, quotes, table rows.
+_BLOCK_START = re.compile(r"[ \t]*(?:#{1,6}[ \t]|[-*+][ \t]|\d{1,9}[.)][ \t]|>|\|)")
+_FENCE = re.compile(r"[ \t]*(?:```|~~~)")
+_IMAGE_OR_LINK = re.compile(r"!?\[([^\]\n]*)\]\([^)\n]*\)")
+_WIKILINK = re.compile(r"\[\[(?:[^\]|\n]*\|)?([^\]|\n]*)\]\]")
+# A plain-text line at least this long that does not end a sentence was wrapped, not ended.
+_WRAP_WIDTH = 40
+
+
+def _read_text(path: Path, max_chars: int) -> Iterator[Record]:
+    yield _text_record(path, max_chars)
+
+
+def _text_record(path: Path, max_chars: int) -> Record:
+    """One Document per file: a note, a README, a chapter (TEXT_SUFFIXES).
+
+    The id is the file's absolute path, so a file keeps its id however the
+    command line names it, and `propdex add --update` replaces it. The title
+    is front matter's `title:`, else a heading on the first line (`# Title`,
+    or a line underlined with `=` or `-`), else the file's name without its
+    suffix. Sentences end at line breaks, so lines are unwrapped first: in
+    Markdown and reStructuredText a paragraph's lines join (as they render),
+    except lines that stand alone (headings, list items, quotes, table rows,
+    code); in plain text a line joins the one before only when that one is
+    long and ends without punctuation, so hard-wrapped prose joins up and a
+    list of short lines stays a list. Links keep their text, not their URL.
+    """
+    source = str(path)
+    with _open_binary(path) as f:
+        data = f.read(4 * max_chars + 1)  # UTF-8 spends at most 4 bytes a character
+    if len(data) > 4 * max_chars:
+        return Skip("too_large", source, f"more than {4 * max_chars} bytes")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        return Skip("invalid_utf8", source, str(e))
+    markup = _bare_name(path).suffix.lower() in _MARKUP_SUFFIXES
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    title, lines = _text_title(lines, markup)
+    body = _unwrap(lines, markup)
+    if markup:
+        body = _WIKILINK.sub(r"\1", _IMAGE_OR_LINK.sub(r"\1", body))
+    return _document(os.path.abspath(path), body, title or _bare_name(path).stem, source, max_chars)
+
+
+def _text_title(lines: list[str], markup: bool) -> tuple[str, list[str]]:
+    """(the title a file gives itself or "", the lines after it)."""
+    if markup and lines and lines[0].rstrip() == "---" and (front := _FRONT_MATTER.match("\n".join(lines))):
+        lines = "\n".join(lines)[front.end():].split("\n")
+        if (title := _FRONT_TITLE.search(front.group(1) or "")) and title.group(1).strip("\"'"):
+            return title.group(1).strip("\"'"), lines
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is None:
+        return "", lines
+    if markup and (heading := _ATX_HEADING.fullmatch(lines[first])) and heading.group(1):
+        return heading.group(1), lines[first + 1:]
+    following = lines[first + 1] if first + 1 < len(lines) else ""
+    if following.strip() and _UNDERLINE.fullmatch(following) and following.strip()[0] in "=-":
+        return lines[first].strip(), lines[first + 2:]
+    return "", lines
+
+
+def _unwrap(lines: list[str], markup: bool) -> str:
+    """Paragraphs on one line each, one blank line between them; lines
+    without a word (rules, underlines, table borders) dropped."""
+    out: list[str] = []
+    joinable = fenced = False
+    for raw in lines:
+        line = _SPACES.sub(" ", raw).strip()
+        if markup and _FENCE.match(raw):
+            fenced, joinable = not fenced, False
+            continue
+        if fenced:
+            if line:
+                out.append(line)
+            continue
+        if not _LINE_WITH_WORDS.search(line):
+            if out and out[-1]:
+                out.append("")
+            joinable = False
+            continue
+        stands_alone = markup and _BLOCK_START.match(raw) is not None
+        heading = _ATX_HEADING.fullmatch(raw) if markup else None
+        if heading:
+            line = heading.group(1)
+        if joinable and not stands_alone:
+            out[-1] += " " + line
+        else:
+            out.append(line)
+        if markup:
+            joinable = heading is None  # a list item or quote goes on in its next line
+        else:
+            joinable = len(line) >= _WRAP_WIDTH and line[-1] not in ".!?:;"
+    return "\n".join(out).strip()
+
+
 _READERS = {
     "jsonl": _read_jsonl,
     "hotpotqa": _read_hotpotqa,
     "propsegment": _read_propsegment,
     "mediawiki": _read_mediawiki,
     "wikiextractor": _read_wikiextractor,
+    "text": _read_text,
 }

@@ -65,7 +65,9 @@ def run_search(args: argparse.Namespace) -> int:
         return 0
     for h in hits:
         hop = "  (second hop)" if h.hop == 2 else ""
-        print(f"{h.rank:>3}. {h.score:8.3f}  {printable(h.title or h.doc_id)}  [sentence {h.sentence_index}]{hop}")
+        # The id says where a hit lives (a note's path, a page id); the title what it is about.
+        name = h.doc_id if h.title in ("", h.doc_id) else f"{h.title} ({h.doc_id})"
+        print(f"{h.rank:>3}. {h.score:8.3f}  {printable(name)}  [sentence {h.sentence_index}]{hop}")
         print(f"     {printable(highlight(h.sentence_text, h.spans))}")
     if not hits:
         print("no results")

@@ -103,3 +103,29 @@ def test_user_errors_are_one_line_without_traceback(index, tmp_path, args, messa
     run = propdex(*args)
     assert run.returncode == 2
     assert message in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_folder_of_notes_indexes_searches_and_updates_by_path(tmp_path):
+    """The notes user's first try: a folder of Markdown and text files, no
+    format named; a hit says which file; an edited note replaces itself."""
+    notes = tmp_path / "notes"
+    (notes / "kitchen").mkdir(parents=True)
+    bread = notes / "kitchen" / "bread.md"
+    bread.write_text("# Sourdough\n\nFeed the starter twice a day.\nBake it at 250 C for 20 minutes,\nwith steam.\n")
+    (notes / "garden.txt").write_text("The garden project has a budget of 400 euros.\n")
+    (notes / "scan.pdf").write_bytes(b"%PDF-1.7\n\x00\xff")
+    out = tmp_path / "idx"
+    run = propdex("index", str(notes), "--out", str(out), "--device", "cpu")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "indexed 2 documents" in run.stdout and '"unreadable": 1' in run.stdout
+    run = propdex("search", str(out), "How hot should the oven be for bread?", "-k", "1", "--level", "sentence")
+    assert run.returncode == 0, run.stderr
+    assert f"Sourdough ({bread})" in run.stdout and "20 minutes, with steam." in run.stdout  # one sentence over two lines
+
+    bread.write_text("# Sourdough\n\nBake it at 230 C for 40 minutes in a Dutch oven.\n")
+    run = propdex("add", str(out), str(bread), "--update")
+    assert run.returncode == 0, run.stderr[-2000:]
+    hits = json.loads(propdex("search", str(out), "oven temperature for bread", "-k", "5", "--json").stdout)["results"]
+    assert [h["doc_id"] for h in hits].count(str(bread)) == 1
+    assert "230 C" in next(h["text"] for h in hits if h["doc_id"] == str(bread))
+    assert json.loads(propdex("info", str(out)).stdout)["counts"]["documents"] == 2

@@ -239,7 +239,7 @@ def test_directory_walk_is_sorted_recursive_and_skips_hidden_files(tmp_path: Pat
     write_lines(tmp_path / "b.jsonl", [b'{"id": "b", "text": "B."}'])
     write_lines(tmp_path / "a" / "z.jsonl", [b'{"id": "az", "text": "AZ."}'])
     write_lines(tmp_path / ".hidden.jsonl", [b'{"id": "hidden", "text": "H."}'])
-    (tmp_path / "notes.txt").write_text("just some notes\n")
+    (tmp_path / "table.csv").write_text("a,b\n1,2\n")
     records = list(read_corpus([tmp_path]))
     assert [r.id if isinstance(r, Document) else r.reason for r in records] == ["az", "b", "unreadable"]
 
@@ -409,8 +409,8 @@ def test_whole_file_json_errors_are_skips(tmp_path: Path) -> None:
 
 
 def test_unknown_or_missing_input_raises_at_call_time(tmp_path: Path) -> None:
-    text = tmp_path / "notes.txt"
-    text.write_text("just some notes\n")
+    text = tmp_path / "table.csv"
+    text.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="cannot detect the corpus format"):
         read_corpus([text])
     with pytest.raises(ValueError, match="cannot detect"):
@@ -532,3 +532,94 @@ def test_a_damaged_member_of_a_multistream_dump_loses_only_its_pages(tmp_path: P
     last = [d.id for d in docs(list(read_corpus([write_bytes(tmp_path / "c.xml", xml[:cuts[0]] + xml[b:])])))]
     assert got[: len(first)] == first and got[-len(last):] == last and len(last) > 0
     assert set(got) <= set(whole) and len(got) < len(whole)
+
+
+# ------------------------------------------------------- plain text and Markdown
+
+
+BREAD_MD = """---
+tags: [baking]
+title: "Sourdough, the way Ana bakes it"
+---
+Feed the starter twice a day with equal weights
+of flour and water. See [the guide](https://example.com/guide) and [[Starter log|my log]].
+
+## Baking
+
+- Bake at 250 C for 20 minutes
+  with steam.
+- Then 25 minutes without.
+
+```python
+print("hi")
+```
+"""
+GARDEN_TXT = """Garden project
+==============
+
+Meeting with Ana on Tuesday: the budget for the garden project
+is 400 euros, paid by the residents association.
+buy seeds
+call Tom
+"""
+
+
+def notes_folder(root: Path) -> Path:
+    (root / "sub").mkdir(parents=True)
+    (root / "bread.md").write_text(BREAD_MD)
+    (root / "sub" / "garden.txt").write_text(GARDEN_TXT)
+    (root / ".draft.md").write_text("# Hidden\n\nNot for the index.\n")
+    (root / "empty.md").write_text("\n\n")
+    (root / "latin1.txt").write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1"))
+    (root / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    return root
+
+
+def test_a_folder_of_notes_is_text_one_document_a_file(tmp_path: Path) -> None:
+    notes = notes_folder(tmp_path / "notes")
+    assert detect_format(notes) == "text"
+    records = list(read_corpus([notes]))
+    skips = {Path(r.source).name: r.reason for r in records if isinstance(r, Skip)}
+    assert skips == {"empty.md": "empty", "latin1.txt": "invalid_utf8", "photo.png": "unreadable"}
+    bread, garden = docs(records)
+    for doc in (bread, garden):
+        check_document(doc)
+    # Ids are absolute paths, so `add --update` finds a note however it is named.
+    assert bread.id == str(notes / "bread.md") and garden.id == str(notes / "sub" / "garden.txt")
+    assert bread.title == "Sourdough, the way Ana bakes it" and garden.title == "Garden project"
+    sentences = lambda d: [d.text[a:b] for a, b in d.sentences]
+    # Markdown: a paragraph's lines join, headings lose their marks, list items and code stand alone, links keep their text.
+    assert sentences(bread) == [
+        "Feed the starter twice a day with equal weights of flour and water.",
+        "See the guide and my log.",
+        "Baking",
+        "- Bake at 250 C for 20 minutes with steam.",
+        "- Then 25 minutes without.",
+        'print("hi")',
+    ]
+    # Plain text: wrapped prose joins up, short lines stay a list; an underlined first line is the title.
+    assert sentences(garden) == [
+        "Meeting with Ana on Tuesday: the budget for the garden project is 400 euros, paid by the residents association.",
+        "buy seeds",
+        "call Tom",
+    ]
+
+
+def test_text_files_are_known_by_name_and_may_be_compressed_or_huge(tmp_path: Path) -> None:
+    braces = tmp_path / "snippet.md"
+    braces.write_text('{"not": "jsonl"} is how the config starts.\n')
+    packed = tmp_path / "log.txt.gz"
+    packed.write_bytes(gzip.compress(b"# not a heading in plain text\nOne line.\n"))
+    plain = tmp_path / "README"
+    plain.write_text("No suffix, so no telling.\n")
+    assert detect_format(braces) == "text" and detect_format(packed) == "text"
+    (snippet,) = docs(list(read_corpus([braces])))
+    assert snippet.title == "snippet" and snippet.text.startswith('{"not"')
+    (log,) = docs(list(read_corpus([packed])))
+    assert log.title == "log" and log.text == "# not a heading in plain text\nOne line."
+    (forced,) = docs(list(read_corpus([plain], format="text")))
+    assert forced.title == "README"
+    with pytest.raises(ValueError, match="cannot detect"):
+        read_corpus([plain])
+    (big,) = read_corpus([plain], format="text", max_chars=10)
+    assert isinstance(big, Skip) and big.reason == "too_large" and big.source == str(plain)
