@@ -162,8 +162,10 @@ class Index:
     # -- changing ------------------------------------------------------------------
     def add(self, documents: Iterable[Mapping[str, Any] | Document]) -> dict[str, Any]:
         """Add documents: dicts with `id`, `text`, optional `title` and any
-        other fields (kept as metadata), or Documents. An id the index holds
-        already is an error (use `update`). Returns {added, replaced, skipped}."""
+        other fields (kept as metadata), or Documents, or what `read_corpus`
+        yields (`index.add(propdex.read_corpus(["notes/"]))`; its skips are
+        counted). An id the index holds already is an error (use `update`).
+        Returns {added, replaced, skipped}."""
         return self._write(documents, replace=False)
 
     def update(self, documents: Iterable[Mapping[str, Any] | Document]) -> dict[str, Any]:
@@ -254,5 +256,7 @@ def _records(documents: Iterable[Mapping[str, Any] | Document]) -> Iterable[Reco
             yield doc if doc.sentences else replace(doc, sentences=tuple(split_sentences(doc.text)))
         elif isinstance(doc, Mapping):
             yield record_from_dict(dict(doc), f"document {i}")
+        elif isinstance(doc, Skip):  # `read_corpus` says what it could not read; the writer counts it
+            yield doc
         else:
             yield Skip("malformed_json", f"document {i}", f"a {type(doc).__name__}, not a dict or Document")

@@ -130,6 +130,23 @@ def test_adding_a_known_id_is_refused_and_bad_records_are_counted(tmp_path, enco
     index.close()
 
 
+def test_a_folder_of_notes_goes_in_through_read_corpus_with_its_skips_counted(tmp_path, encoder):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Launch\n\nThe launch moved to June.\n")
+    (notes / "b.txt").write_text("Ana owns the budget.\n")
+    (notes / "c.md").write_bytes(b"caf\xe9\n")
+    index = propdex.Index.create(tmp_path / "i", encoder)
+    result = index.add(propdex.read_corpus([notes]))
+    assert result == {"added": 2, "replaced": 0, "skipped": {"invalid_utf8": 1}}
+    assert str(notes / "a.md") in index and str(notes / "b.txt") in index
+    (notes / "a.md").write_text("# Launch\n\nThe launch moved to July.\n")
+    assert index.update(propdex.read_corpus([notes / "a.md"]))["replaced"] == 1
+    (hit,) = [h for h in index.search("launch", k=2) if h.doc_id == str(notes / "a.md")]
+    assert hit.title == "Launch" and "July" in hit.text
+    index.close()
+
+
 @pytest.mark.parametrize("name", ["tokens", "single"])
 @pytest.mark.parametrize("exact", [True, False])
 def test_where_filters_inside_stage_one_and_still_returns_k(tmp_path, tiny, monkeypatch, exact, name):
