@@ -921,23 +921,36 @@ def _clean(text: str) -> str:
     parentheses, lines without words. A single newline inside a paragraph is
     a space, as MediaWiki renders it; at most one blank line separates blocks."""
     text = _STYLE_QUOTES.sub("", _MAGIC_WORD.sub("", text))
-    lines: list[str] = []
+
+    def lines() -> Iterator[tuple[str, bool, bool]]:
+        for raw in text.splitlines():
+            own_line = raw.lstrip().startswith(_OWN_LINE)
+            line = _SPACES.sub(" ", raw.replace(_OWN_LINE, ""))
+            line = _PUNCT_AFTER_OPEN.sub("(", _EMPTY_PARENS.sub("", line))
+            yield _SPACE_BEFORE_PUNCT.sub("", line).strip(), own_line, own_line
+
+    return _paragraphs(lines())
+
+
+def _paragraphs(lines: Iterable[tuple[str, bool, bool]]) -> str:
+    """Lines, each with whether it starts and whether it ends a block of its
+    own, to paragraphs, one a line: a line joins the one before unless it
+    starts a block or that one ended one; a line without a word ends a
+    paragraph and is dropped, so one blank line at most separates blocks."""
+    out: list[str] = []
     joinable = False  # whether the last line is paragraph text a line may continue
-    for raw in text.splitlines():
-        own_line = raw.lstrip().startswith(_OWN_LINE)
-        line = _SPACES.sub(" ", raw.replace(_OWN_LINE, ""))
-        line = _PUNCT_AFTER_OPEN.sub("(", _EMPTY_PARENS.sub("", line))
-        line = _SPACE_BEFORE_PUNCT.sub("", line).strip()
+    for line, starts, ends in lines:
         if not _LINE_WITH_WORDS.search(line):
-            if lines and lines[-1]:
-                lines.append("")
+            if out and out[-1]:
+                out.append("")
             joinable = False
-        elif joinable and not own_line:
-            lines[-1] += " " + line
+            continue
+        if joinable and not starts:
+            out[-1] += " " + line
         else:
-            lines.append(line)
-            joinable = not own_line
-    return "\n".join(lines).strip()
+            out.append(line)
+        joinable = not ends
+    return "\n".join(out).strip()
 
 
 # ------------------------------------------------------------ WikiExtractor
@@ -1065,37 +1078,30 @@ def _text_title(lines: list[str], markup: bool) -> tuple[str, list[str]]:
 
 
 def _unwrap(lines: list[str], markup: bool) -> str:
-    """Paragraphs on one line each, one blank line between them; lines
-    without a word (rules, underlines, table borders) dropped."""
-    out: list[str] = []
-    joinable = fenced = False
-    for raw in lines:
-        line = _SPACES.sub(" ", raw).strip()
-        if markup and _FENCE.match(raw):
-            fenced, joinable = not fenced, False
-            continue
-        if fenced:
-            if line:
-                out.append(line)
-            continue
-        if not _LINE_WITH_WORDS.search(line):
-            if out and out[-1]:
-                out.append("")
-            joinable = False
-            continue
-        stands_alone = markup and _BLOCK_START.match(raw) is not None
-        heading = _ATX_HEADING.fullmatch(raw) if markup else None
-        if heading:
-            line = heading.group(1)
-        if joinable and not stands_alone:
-            out[-1] += " " + line
-        else:
-            out.append(line)
-        if markup:
-            joinable = heading is None  # a list item or quote goes on in its next line
-        else:
-            joinable = len(line) >= _WRAP_WIDTH and line[-1] not in ".!?:;"
-    return "\n".join(out).strip()
+    """Paragraphs on one line each (`_paragraphs`): in markup, every line
+    but a heading, list item, quote, table row or line of code continues
+    its paragraph; in plain text, a line continues only a long one that
+    does not end a sentence. Code fences themselves are dropped."""
+    def marked() -> Iterator[tuple[str, bool, bool]]:
+        fenced = False
+        for raw in lines:
+            line = _SPACES.sub(" ", raw).strip()
+            if _FENCE.match(raw):
+                fenced = not fenced
+                yield "", True, True  # a fence ends the paragraph before it
+            elif fenced:
+                yield line, True, True
+            elif heading := _ATX_HEADING.fullmatch(raw):
+                yield heading.group(1), True, True
+            else:
+                yield line, _BLOCK_START.match(raw) is not None, False  # a list item or quote goes on in its next line
+
+    def plain() -> Iterator[tuple[str, bool, bool]]:
+        for raw in lines:
+            line = _SPACES.sub(" ", raw).strip()
+            yield line, False, len(line) < _WRAP_WIDTH or line[-1:] in (".", "!", "?", ":", ";")
+
+    return _paragraphs(marked() if markup else plain())
 
 
 _READERS = {
