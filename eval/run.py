@@ -207,7 +207,12 @@ def system_encoder(system: System, backbone: "Backbone") -> "Encoder":
     return load_encoder(system.name, backbone=backbone, **options)
 
 
-def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, backbone: "Backbone") -> Outcome:
+def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, backbone: "Backbone",
+                hop: _LexicalIndex | None = None) -> Outcome:
+    """A dense system's rankings; with `hop` (sentence level), each with the
+    second hop `Searcher.search(..., hops=2)` makes, the task's BM25 standing
+    in for the index's: its documents' best sentences take every
+    fusion.HOP_EVERY-th place."""
     encoder = system_encoder(system, backbone)
     corpus = corpus_for(task, system)
     key = hashlib.sha256("\n".join(f"{d.id}\t{d.text}\t{d.focus}" for d in corpus).encode()).hexdigest()[:12]
@@ -234,14 +239,21 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     if flag(system.options.get("exact", False)):
         every = [d.id for d in corpus]
         pools = {q.id: every for q in task.queries}
+    hop_text = {d.id: task.index_text(d) for d in task.corpus} if hop else {}
     rankings, scores, latencies = {}, {}, []
     for q, query in zip(task.queries, queries):
         t = time.perf_counter()
         hits = searcher.search(query, k=depth, level=search_level, exclude=[task.exclude.get(q.id, set())],
                                within=[pools[q.id]] if pools else None, window=window)
+        ranking = [(h.doc_id, h.sentence_index) if search_level == "sentence" else h.doc_id for h in hits]
+        if hop is not None and hits:
+            skip = {hits[0].doc_id, *task.exclude.get(q.id, ())}
+            docs = [d for d, _ in hop.search(fusion.hop_query(q.text, hop_text[hits[0].doc_id]), depth + 1, skip)]
+            offered = searcher.best_sentences(query, docs, skip=skip, window=window)
+            ranking = fusion.interleave(ranking, [(h.doc_id, h.sentence_index) for h in offered])[:depth]
         latencies.append((time.perf_counter() - t) * 1000)
-        rankings[q.id] = [(h.doc_id, h.sentence_index) if search_level == "sentence" else h.doc_id for h in hits]
-        scores[q.id] = [h.score for h in hits]
+        rankings[q.id] = ranking
+        scores[q.id] = [h.score for h in hits] if hop is None else [1 / (fusion.RRF_K + r) for r in range(1, len(ranking) + 1)]
     counts = manifest["counts"]
     index_bytes = ann_bytes(out, manifest)
     store_bytes = sum((out / s["name"] / "meta.lmdb" / "data.mdb").stat().st_size for s in manifest["shards"])
@@ -262,6 +274,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
         "encoder": manifest["encoder"],
         "backbone_sha256": manifest["backbone"]["weights_sha256"],
         "index_dir": str(out),
+        **({"hops": 2} if hop else {}),
     })
 
 
@@ -405,12 +418,13 @@ def evaluate(
     outcomes: dict[str, Outcome] = {}  # one run per component, shared by every fusion that names it
     hop_index: _LexicalIndex | None = None  # the second hop's BM25, built once for every hops=2 system
 
-    def run(spec: str) -> Outcome:
-        if spec not in outcomes:
+    def run(spec: str, hop: _LexicalIndex | None = None) -> Outcome:
+        key = spec + (":hops=2" if hop else "")
+        if key not in outcomes:
             system = System.parse(spec)
             log.info("system %s on %s (%d docs, %d queries)", spec, task.name, len(task.corpus), len(task.queries))
             if system.name == "bm25":
-                outcomes[spec] = run_bm25(task, system, level, depth)
+                outcomes[key] = run_bm25(task, system, level, depth)
             else:
                 from propdex.encoders.backbone import Backbone
 
@@ -418,27 +432,30 @@ def evaluate(
                 if runtime not in backbones:
                     backbones[runtime] = Backbone.load(device=device, runtime=runtime)
                     backbones[runtime].state_cache = {}  # systems on the same backbone states encode the corpus once
-                outcomes[spec] = run_encoder(task, system, level, depth, work, backbones[runtime])
-        return outcomes[spec]
+                outcomes[key] = run_encoder(task, system, level, depth, work, backbones[runtime], hop)
+        return outcomes[key]
 
     for spec in systems:
         parts = spec.split("+")
         # Options of the whole pipeline sit on its last part: fusion=, hops=.
         pipeline = {k: v for k, v in System.parse(parts[-1]).options.items() if k in PIPELINE_OPTIONS}
         parts[-1] = re.sub(r":(%s)=[^:+]*" % "|".join(PIPELINE_OPTIONS), "", parts[-1])
+        hops = int(pipeline.get("hops", 1))
+        if hops not in (1, 2):
+            raise ValueError(f"system spec {spec!r}: hops must be 1 or 2, got {hops}")
+        if hops == 2 and (level not in ("doc", "sentence") or task.prop_text):
+            raise ValueError(f"system spec {spec!r}: hops=2 ranks documents or sentences (not PropSegment)")
+        if hops == 2 and level == "sentence" and (len(parts) > 1 or System.parse(parts[0]).name == "bm25"):
+            raise ValueError(f"system spec {spec!r}: hops=2 at sentence level scores the hop's sentences densely: one dense system")
+        if hops == 2:
+            hop_index = hop_index or _LexicalIndex(task, "doc", True)
         if len(parts) > 1:
             outcome = fuse_outcomes([run(p) for p in parts], pipeline.get("fusion", "rrf"), depth)
         elif "fusion" in pipeline:
             raise ValueError(f"system spec {spec!r}: fusion= needs systems to fuse (grammar: {SPEC_GRAMMAR})")
         else:
-            outcome = run(parts[0])
-        hops = int(pipeline.get("hops", 1))
-        if hops not in (1, 2):
-            raise ValueError(f"system spec {spec!r}: hops must be 1 or 2, got {hops}")
-        if hops == 2:
-            if level != "doc" or task.prop_text:
-                raise ValueError(f"system spec {spec!r}: hops=2 ranks documents (level doc, not PropSegment)")
-            hop_index = hop_index or _LexicalIndex(task, "doc", True)
+            outcome = run(parts[0], hop_index if hops == 2 and level == "sentence" else None)
+        if hops == 2 and level == "doc":
             outcome = second_hop(task, outcome, depth, index=hop_index)
         lat = np.array(outcome.latencies_ms)
         if task.prop_text and level == "unit":

@@ -261,7 +261,7 @@ class Searcher:
         allowed = self._allowed(settings.where)
         results = self._search(queries, settings, exclude, within, allowed)
         if settings.hops == 2:
-            results = [self._second_hop(_text(q), hits, settings.k, exclude[qi] if exclude else set(), allowed, settings.where)
+            results = [self._second_hop(q, hits, settings, exclude[qi] if exclude else set(), allowed)
                        for qi, (q, hits) in enumerate(zip(queries, results))]
         return results
 
@@ -367,20 +367,39 @@ class Searcher:
             if ids and all(i == tokenizer.unk_token_id for i in ids):
                 log.warning("query %r is unknown to the backbone's vocabulary (all [UNK]): its dense results carry no meaning", _text(q)[:80])
 
-    def _second_hop(self, query: str, hits: list[Hit], k: int, skip: set[str], allowed: list[np.ndarray | None],
-                    where: Where | None) -> list[Hit]:
+    def _second_hop(self, query: str | Document, hits: list[Hit], st: SearchSettings, skip: set[str],
+                    allowed: list[np.ndarray | None]) -> list[Hit]:
         if not hits:
             return hits
-        key = self._key(hits[0].doc_id)
-        assert key is not None  # a hit comes from a shard
-        seed = self.shards[key >> 32].store.document(key & 0xFFFFFFFF)
-        expanded = fusion.hop_query(query, seed.text)
-        second = dict(self._lexical_ranking(expanded, k + 1, skip | {seed.id}, allowed, where))
+        seed = self.document(hits[0].doc_id)
+        assert seed is not None  # a hit comes from a shard
+        expanded = fusion.hop_query(_text(query), seed.text)
+        second = dict(self._lexical_ranking(expanded, st.k + 1, skip | {seed.id}, allowed, st.where))
+        if st.level == "sentence":
+            # A hop document offers its best sentence for the question, in BM25's order, and keeps its BM25 score.
+            offered = {(h.doc_id, h.sentence_index): replace(h, score=second[h.doc_id], hop=2)
+                       for h in self.best_sentences(query, list(second), skip=skip, window=st.window)}
+            first = {(h.doc_id, h.sentence_index): h for h in hits}
+            return [replace(first.get(key) or offered[key], rank=rank)
+                    for rank, key in enumerate(fusion.interleave(list(first), list(offered))[:st.k], start=1)]
         first = {h.doc_id: h for h in hits}
         terms = set(lexical.analyze(expanded))
         # Hits are built only for the second hop's documents that get a place.
         return [replace(first[d], rank=rank, hop=1) if d in first else replace(self._bm25_hit(rank, d, second[d], terms), hop=2)
-                for rank, d in enumerate(fusion.interleave(list(first), list(second))[:k], start=1)]
+                for rank, d in enumerate(fusion.interleave(list(first), list(second))[:st.k], start=1)]
+
+    def best_sentences(self, query: str | Document, doc_ids: Sequence[str], *, skip: set[str] = frozenset(),
+                       window: int | None = None) -> list[Hit]:
+        """Each of these documents' best sentence for the query, scored exactly
+        as `level="sentence"` scores it, in the order the ids are given (ids
+        the index does not hold, or `skip`s, are left out): what a second hop
+        offers at sentence level, here and in eval."""
+        if not doc_ids:
+            return []
+        settings = SearchSettings(k=len(doc_ids), level="doc", window=window)
+        found = {h.doc_id: h for h in self._search([query], settings, [set(skip)], [list(doc_ids)], [None] * len(self.shards))[0]}
+        # A document-level hit already names its best sentence; at sentence level its text is that sentence.
+        return [replace(found[d], text=found[d].sentence_text) for d in doc_ids if d in found]
 
     def document(self, doc_id: str) -> Document | None:
         """The live document with this id, or None."""

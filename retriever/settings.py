@@ -49,8 +49,8 @@ class SearchSettings:
             raise ValueError(f"window must be 0 (the whole document) or a number of units, got {self.window}")
         if self.hops not in (1, 2):
             raise ValueError(f"hops must be 1 or 2, got {self.hops}")
-        if self.hops == 2 and self.level != "doc":
-            raise ValueError("hops=2 ranks documents: use level='doc'")
+        if self.hops == 2 and self.level == "unit":
+            raise ValueError("hops=2 ranks documents or sentences: use level='doc' or 'sentence'")
         if self.hybrid and self.bm25:
             raise ValueError("choose hybrid or bm25, not both")
         if self.bm25 and self.level != "doc":

@@ -131,6 +131,17 @@ def test_second_hop_spec_adds_documents_the_question_does_not_name():
         evaluate("hotpotqa", str(HOTPOT), ["bm25:fusion=minmax"], limit=5)
 
 
+def test_second_hop_at_sentence_level_offers_each_hop_documents_best_sentence(tmp_path):
+    result = evaluate("hotpotqa", str(HOTPOT), ["single", "single:hops=2"], level="sentence", limit=40, work=tmp_path)
+    one, two = result["systems"]["single"], result["systems"]["single:hops=2"]
+    assert two["hops"] == 2 and "hops" not in one and two["index_dir"] == one["index_dir"]
+    assert two["metrics"]["Recall@2"] == one["metrics"]["Recall@2"]  # places 1-4 are the first hop's
+    assert two["metrics"]["Recall@10"] > one["metrics"]["Recall@10"]
+    for spec in ("bm25:hops=2", "single+bm25:hops=2"):
+        with pytest.raises(ValueError, match="one dense system"):
+            evaluate("hotpotqa", str(HOTPOT), [spec], level="sentence", limit=5, work=tmp_path)
+
+
 def test_cached_index_whose_spec_changed_meaning_is_neither_reused_nor_in_the_way(tmp_path, tiny, hotpot_docs):
     from propdex.encoders import load_encoder
     from propdex.indexer.build import IndexWriter

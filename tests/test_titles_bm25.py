@@ -282,5 +282,10 @@ def test_second_hop_finds_the_bridge_paragraph(tmp_path, capsys, hotpot_docs):
     assert [h["doc_id"] for h in two[:4]] == [h["doc_id"] for h in one[:4]] and {h["hop"] for h in two[:4]} == {1}
     assert two[4]["doc_id"] == "Adriana Trigiani" and two[4]["hop"] == 2 and two[4]["rank"] == 5
     assert two[4]["sentence"]["text"] in next(d.text for d in hotpot_docs if d.id == "Adriana Trigiani")
-    assert main(["-q", "search", str(tmp_path / "idx"), query, "--hops", "2", "--level", "sentence", "--device", "cpu"]) == 2
-    assert "hops=2 ranks documents" in capsys.readouterr().err
+    # At sentence level her paragraph offers its best sentence, the one that answers, in the same fifth place.
+    one, two = hits("--level", "sentence"), hits("--level", "sentence", "--hops", "2")
+    assert [(h["doc_id"], h["sentence"]["index"]) for h in two[:4]] == [(h["doc_id"], h["sentence"]["index"]) for h in one[:4]]
+    assert two[4]["doc_id"] == "Adriana Trigiani" and two[4]["hop"] == 2 and "Adriana Trigiani" not in [h["doc_id"] for h in one]
+    assert "Greenwich Village" in two[4]["sentence"]["text"] and two[4]["text"] == two[4]["sentence"]["text"]
+    assert main(["-q", "search", str(tmp_path / "idx"), query, "--hops", "2", "--level", "unit", "--device", "cpu"]) == 2
+    assert "hops=2 ranks documents or sentences" in capsys.readouterr().err
