@@ -235,11 +235,12 @@ class Searcher:
         rank). `bm25` answers from BM25 alone (document level; the hit's
         sentence is the one that holds most query terms).
 
-        `hops=2` answers multi-hop questions (document level): the index's
-        BM25 is asked again with the question and the best document's text,
-        and its documents take every HOP_EVERY-th place of the ranking
-        (retriever.fusion.interleave); their hits say `hop=2` and carry their
-        BM25 score. Measured in eval/RESULTS.md (`:hops=2` systems).
+        `hops=2` answers multi-hop questions (document or sentence level):
+        the index's BM25 is asked again with the question and the best
+        document's text, and its documents take every HOP_EVERY-th place of
+        the ranking (retriever.fusion.interleave), at sentence level each by
+        its best sentence (`best_sentences`); their hits say `hop=2` and carry
+        their BM25 score. Measured in eval/RESULTS.md (`:hops=2` systems).
 
         `where` keeps the documents whose metadata matches every field:
         `{"year": 2021, "source": ["arxiv", "pmc"]}` is year 2021 and source
