@@ -142,6 +142,12 @@ class _LexicalIndex:
         self.keys = [k for k, _ in items]
         self.position = {k: str(i) for i, k in enumerate(self.keys)}
         self.index = BM25.build((str(i), text) for i, (_, text) in enumerate(items))
+        self.passages = {d.id: task.index_text(d) for d in task.corpus}  # what a second hop adds to the question
+
+    def hop(self, question: str, seed: str, depth: int, exclude: Iterable[Hashable] = ()) -> list[Hashable]:
+        """The second hop's documents, as `Searcher.search(..., hops=2)` finds
+        them: BM25 asked with the question and the best document's text."""
+        return [k for k, _ in self.search(fusion.hop_query(question, self.passages[seed]), depth, {seed, *exclude})]
 
     def search(self, query: str, depth: int, exclude: Iterable[Hashable] = ()) -> list[tuple[Hashable, float]]:
         hits = self.index.search(query, depth, exclude={self.position[k] for k in exclude if k in self.position})
@@ -170,15 +176,13 @@ def second_hop(task: Task, first: Outcome, depth: int, every: int = fusion.HOP_E
     1 / (RRF_K + rank), a rank like RRF's, so that a fusion can take them.
     `index`: the task's document-level BM25 with titles, when one is built."""
     index = index or _LexicalIndex(task, "doc", True)
-    text = {d.id: task.index_text(d) for d in task.corpus}
     rankings, scores, latencies = {}, {}, []
     for i, q in enumerate(task.queries):
         t = time.perf_counter()
         ranking = first.rankings[q.id]
         if ranking:
-            seed = ranking[0]
-            second = index.search(fusion.hop_query(q.text, text[seed]), depth, {seed, *task.exclude.get(q.id, ())})
-            ranking = fusion.interleave(ranking, [k for k, _ in second], every)[:depth]
+            second = index.hop(q.text, ranking[0], depth, task.exclude.get(q.id, ()))
+            ranking = fusion.interleave(ranking, second, every)[:depth]
         rankings[q.id] = ranking
         scores[q.id] = [1 / (fusion.RRF_K + r) for r in range(1, len(ranking) + 1)]
         latencies.append(first.latencies_ms[i] + (time.perf_counter() - t) * 1000)
@@ -239,7 +243,6 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
     if flag(system.options.get("exact", False)):
         every = [d.id for d in corpus]
         pools = {q.id: every for q in task.queries}
-    hop_text = {d.id: task.index_text(d) for d in task.corpus} if hop else {}
     rankings, scores, latencies = {}, {}, []
     for q, query in zip(task.queries, queries):
         t = time.perf_counter()
@@ -248,8 +251,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
         ranking = [(h.doc_id, h.sentence_index) if search_level == "sentence" else h.doc_id for h in hits]
         if hop is not None and hits:
             skip = {hits[0].doc_id, *task.exclude.get(q.id, ())}
-            docs = [d for d, _ in hop.search(fusion.hop_query(q.text, hop_text[hits[0].doc_id]), depth + 1, skip)]
-            offered = searcher.best_sentences(query, docs, skip=skip, window=window)
+            offered = searcher.best_sentences(query, hop.hop(q.text, hits[0].doc_id, depth + 1, skip), skip=skip, window=window)
             ranking = fusion.interleave(ranking, [(h.doc_id, h.sentence_index) for h in offered])[:depth]
         latencies.append((time.perf_counter() - t) * 1000)
         rankings[q.id] = ranking

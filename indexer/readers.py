@@ -1062,8 +1062,8 @@ def _text_record(path: Path, max_chars: int) -> Record:
 
 def _text_title(lines: list[str], markup: bool) -> tuple[str, list[str]]:
     """(the title a file gives itself or "", the lines after it)."""
-    if markup and lines and lines[0].rstrip() == "---" and (front := _FRONT_MATTER.match("\n".join(lines))):
-        lines = "\n".join(lines)[front.end():].split("\n")
+    if markup and lines and lines[0].rstrip() == "---" and (front := _FRONT_MATTER.match(text := "\n".join(lines))):
+        lines = text[front.end():].split("\n")
         if (title := _FRONT_TITLE.search(front.group(1) or "")) and title.group(1).strip("\"'"):
             return title.group(1).strip("\"'"), lines
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
