@@ -8,8 +8,13 @@ emit and what unit each one stands for.
 from __future__ import annotations
 
 import bisect
+import functools
+import os
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -18,7 +23,11 @@ import torch
 from tqdm.auto import tqdm
 
 from .backbone import Backbone
-from .units import Document, Encoded, Kind, Passage, Span, Unit
+from .units import Document, Encoded, Kind, Passage, Span, Tokenized, Unit
+
+# `Encoder.cut`: threads that cut documents, and how far ahead of the encoder they may run.
+CUT_THREADS = min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+CUT_AHEAD = 64
 
 
 @dataclass
@@ -137,7 +146,8 @@ class Encoder(ABC):
         padding. Title tokens, when the passage's document has a title, are
         in the states and marked `special`."""
         titles = [self.title_of(p.doc) for p in passages]
-        enc, offsets, special, title = tokenize(self.backbone.tokenizer, [p.text for p in passages], titles, self.max_length)
+        enc, offsets, special, title = tokenize(self.backbone.tokenizer, [p.text for p in passages], titles, self.max_length,
+                                                [sliced_tokens(p) for p in passages])
         ids = enc["input_ids"].numpy()
         mask = enc["attention_mask"]
         hidden, selected = self.run(enc | self.reading(passages, enc, offsets, special))
@@ -189,24 +199,41 @@ class Encoder(ABC):
         """Cut a document into windows that fit the model, on sentence boundaries."""
         return cut_passages(doc, self.backbone, window=self.max_length - _n_specials(self.backbone) - self.title_tokens(doc))
 
+    def cut(self, docs: Iterable[Document]) -> Iterator[list[Passage]]:
+        """`passages(doc)` of each document, in order, cut on CUT_THREADS
+        threads up to CUT_AHEAD documents ahead of the caller. Cutting is
+        mostly tokenizing, which lets go of the GIL: the threads cut the next
+        documents while the caller encodes, and a build that feeds a GPU is
+        held up by the CPU (one thread cut 20 documents a second)."""
+        docs = iter(docs)
+        with ThreadPoolExecutor(CUT_THREADS, thread_name_prefix="propdex-cut") as pool:
+            pending = deque(pool.submit(self.passages, d) for d in islice(docs, CUT_AHEAD))
+            while pending:
+                passages = pending.popleft().result()
+                for d in islice(docs, 1):
+                    pending.append(pool.submit(self.passages, d))
+                yield passages
+
 
 TITLE_TOKENS = 32  # at most this many of a title's tokens go in front of each passage
 
 
+@functools.lru_cache(maxsize=4096)
 def clip_title(tokenizer: Any, title: str) -> tuple[str, int]:
     """The title cut after its TITLE_TOKENS-th token (whole, when shorter), and its tokens."""
     title = title.strip()
     if not title:
         return "", 0
-    offsets = tokenizer(title, add_special_tokens=False, return_offsets_mapping=True, verbose=False)["offset_mapping"]
+    offsets = document_tokens(tokenizer, title)[0].offsets
     if len(offsets) <= TITLE_TOKENS:
         return title, len(offsets)
     # A cut inside a word can split into other pieces: count what the encoder will see.
     clipped = title[: offsets[TITLE_TOKENS - 1][1]]
-    return clipped, len(tokenizer(clipped, add_special_tokens=False)["input_ids"])
+    return clipped, len(document_tokens(tokenizer, clipped)[0].ids)
 
 
-def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_length: int) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
+def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_length: int,
+             tokens: Sequence[tuple[np.ndarray, np.ndarray] | None] | None = None) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
     """A padded batch (input_ids, attention_mask[, token_type_ids]), the (b, L, 2)
     char offsets into each text, the (b, L) mask of tokens that are not text
     and the (b, L) mask of title tokens.
@@ -216,7 +243,15 @@ def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_le
     sentence encoder is trained on single segments, and DPR-style `title
     [SEP] text` is one segment to it. Texts without a title are tokenized
     alone, exactly as before titles existed.
+
+    `tokens` (per text: its ids and offsets, already cut; `sliced_tokens`)
+    lets the batch be assembled without the tokenizer, the same batch
+    bit for bit, when every text has them and fits.
     """
+    if tokens and all(t is not None for t in tokens):
+        assembled = _assemble(tokenizer, tokens, titles, max_length)  # type: ignore[arg-type]
+        if assembled is not None:
+            return assembled
     groups = [[i for i, t in enumerate(titles) if not t], [i for i, t in enumerate(titles) if t]]
     parts = []
     for titled, rows in enumerate(groups):
@@ -259,6 +294,98 @@ def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_le
     return out, all_offsets, all_special, all_title
 
 
+def sliced_tokens(passage: Passage) -> tuple[np.ndarray, np.ndarray] | None:
+    """A passage's token ids and char offsets into its text, from its
+    document's tokenization (None when the cut did not keep them)."""
+    if passage.tokens is None:
+        return None
+    tokenized, first, last = passage.tokens
+    return tokenized.ids[first:last], tokenized.offsets[first:last] - passage.start
+
+
+@functools.lru_cache(maxsize=16)
+def special_template(tokenizer: Any) -> tuple[tuple[list[int], list[int]], tuple[list[int], list[int], list[int]]] | None:
+    """Where the tokenizer puts its specials: (before, after) one text and
+    (before, between, after) a pair, found by tokenizing "a" and ("a", "b");
+    None when that cannot be read off (another layout, left padding)."""
+    try:
+        a = tokenizer("a", add_special_tokens=False)["input_ids"]
+        b = tokenizer("b", add_special_tokens=False)["input_ids"]
+        one, two = tokenizer("a"), tokenizer("a", "b")
+        kinds_one, kinds_two = one.sequence_ids(0), two.sequence_ids(0)
+    except (AttributeError, ValueError, TypeError):
+        return None
+    if getattr(tokenizer, "padding_side", "right") != "right" or tokenizer.pad_token_id is None:
+        return None
+
+    def split(ids: list[int], kinds: list[int | None], texts: list[list[int]]) -> list[list[int]] | None:
+        parts: list[list[int]] = [[]]
+        for i, k in zip(ids, kinds):
+            if k is None:
+                parts[-1].append(i)
+            elif len(parts) == 2 * k + 1:
+                parts += [[i], []]  # the text's first token, then what follows it
+            else:
+                parts[-2].append(i)
+        if len(parts) != 2 * len(texts) + 1 or [parts[2 * j + 1] for j in range(len(texts))] != texts:
+            return None
+        return parts[0::2]
+
+    single, pair = split(one["input_ids"], kinds_one, [a]), split(two["input_ids"], kinds_two, [a, b])
+    if single is None or pair is None:
+        return None
+    return (single[0], single[1]), (pair[0], pair[1], pair[2])
+
+
+@functools.lru_cache(maxsize=4096)
+def _title_ids(tokenizer: Any, title: str) -> np.ndarray:
+    return np.asarray(tokenizer(title, add_special_tokens=False)["input_ids"], dtype=np.int64)
+
+
+def _assemble(tokenizer: Any, tokens: Sequence[tuple[np.ndarray, np.ndarray]], titles: Sequence[str], max_length: int):
+    """`tokenize`'s batch built from tokens already cut, or None when a row
+    would be truncated or the tokenizer's specials cannot be placed."""
+    template = special_template(tokenizer)
+    if template is None:
+        return None
+    (before, after), (pair_before, between, pair_after) = template
+    model_max = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else 1 << 30
+    rows = []  # (ids, kind per token: 0 special, 1 title, 2 text, text offsets)
+    for (ids, offsets), title in zip(tokens, titles):
+        if title:
+            t = _title_ids(tokenizer, title)
+            parts = (pair_before, t, between, ids, pair_after)
+            limit = min(max_length + TITLE_TOKENS + 1, model_max)
+        else:
+            parts = (before, ids, after)
+            limit = min(max_length, model_max)
+        kinds = (0, 1, 0, 2, 0) if title else (0, 2, 0)
+        if sum(len(p) for p in parts) > limit:
+            return None
+        rows.append((np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]),
+                     np.concatenate([np.full(len(p), k, dtype=np.int8) for p, k in zip(parts, kinds)]), offsets))
+    length = max(len(r[0]) for r in rows)
+    n = len(rows)
+    input_ids = np.full((n, length), tokenizer.pad_token_id, dtype=np.int64)
+    attention = np.zeros((n, length), dtype=np.int64)
+    all_offsets = np.zeros((n, length, 2), dtype=np.int64)
+    special = np.ones((n, length), dtype=bool)
+    title = np.zeros((n, length), dtype=bool)
+    for r, (ids, kinds, offsets) in enumerate(rows):
+        m = len(ids)
+        input_ids[r, :m] = ids
+        attention[r, :m] = 1
+        text = kinds == 2
+        all_offsets[r, :m][text] = offsets
+        special[r, :m] = ~text
+        title[r, :m] = kinds == 1
+    enc = {"input_ids": torch.from_numpy(input_ids)}
+    if "token_type_ids" in tokenizer.model_input_names:
+        enc["token_type_ids"] = torch.zeros_like(enc["input_ids"])
+    enc["attention_mask"] = torch.from_numpy(attention)
+    return enc, all_offsets, special, title
+
+
 def hidden_states(backbone: Backbone, enc: Any, layers: Sequence[int] | None = None, model: torch.nn.Module | None = None) -> torch.Tensor:
     """(batch, length, dim * len(layers)) states of a tokenized batch, from
     `model` (default: the backbone's)."""
@@ -289,14 +416,14 @@ def cut_passages(doc: Document, backbone: Backbone, window: int, pack: bool = Tr
 
     A sentence longer than the window is cut at token boundaries, so no text is
     dropped. Passages that hold no focus span are left out: they have nothing
-    to represent.
+    to represent. The document is tokenized once, here: each passage keeps
+    its slice of those tokens (`Passage.tokens`) when that slice is what its
+    text tokenizes to, so the encoder does not tokenize it again.
     """
     sentences = doc.sentences or ((0, len(doc.text)),)
-    # verbose=False: a long document is expected here, it is what gets cut.
-    enc = backbone.tokenizer(doc.text, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
-    offsets = enc["offset_mapping"]
-    token_starts = [s for s, _ in offsets]
-    token_ends = [e for _, e in offsets]
+    tokenized, words = document_tokens(backbone.tokenizer, doc.text)
+    token_starts = tokenized.offsets[:, 0].tolist()
+    token_ends = tokenized.offsets[:, 1].tolist()
 
     def n_tokens(a: int, b: int) -> int:
         return bisect.bisect_left(token_starts, b) - bisect.bisect_left(token_starts, a)
@@ -312,21 +439,68 @@ def cut_passages(doc: Document, backbone: Backbone, window: int, pack: bool = Tr
             end_token = min(t + window, last) - 1
             pieces.append((token_starts[t] if t > first else a, token_ends[end_token] if end_token < last - 1 else b, si))
 
+    def passage(group: list[tuple[int, int, int]]) -> Passage:
+        start, end = group[0][0], group[-1][1]
+        first, last = bisect.bisect_left(token_starts, start), bisect.bisect_left(token_starts, end)
+        if words is None:
+            return Passage(doc, start, end, group[0][2])
+        # A window that starts or ends inside a word would tokenize otherwise alone ("##ing" vs "ing").
+        starts_clean = first == 0 or token_ends[first - 1] <= start and (first == len(words) or words[first] != words[first - 1])
+        ends_clean = last == first or token_ends[last - 1] <= end and (last == len(words) or words[last] != words[last - 1])
+        return Passage(doc, start, end, group[0][2], (tokenized, first, last) if starts_clean and ends_clean else None)
+
     passages: list[Passage] = []
     current: list[tuple[int, int, int]] = []
     used = 0
     for piece in pieces:
         size = n_tokens(piece[0], piece[1])
         if current and (used + size > window or not pack):
-            passages.append(Passage(doc, current[0][0], current[-1][1], current[0][2]))
+            passages.append(passage(current))
             current, used = [], 0
         current.append(piece)
         used += size
     if current:
-        passages.append(Passage(doc, current[0][0], current[-1][1], current[0][2]))
+        passages.append(passage(current))
     if doc.focus:
         passages = [p for p in passages if any(a < p.end and b > p.start for a, b in doc.focus)]
     return passages
+
+
+def document_tokens(tokenizer: Any, text: str) -> tuple[Tokenized, list[int] | None]:
+    """`text` tokenized without specials or truncation, and each token's word
+    (None from a tokenizer that does not say)."""
+    core = _cutting_core(tokenizer)
+    if core is not None:
+        # encode_batch, not encode: only the batch call lets go of the GIL, so cutting threads run side by side.
+        found = core.encode_batch([text], add_special_tokens=False)[0]
+        ids, offsets, words = found.ids, found.offsets, found.word_ids
+    else:
+        # verbose=False: a long document is expected here, it is what gets cut.
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
+        ids, offsets = enc["input_ids"], enc["offset_mapping"]
+        try:
+            words = enc.word_ids()
+        except (AttributeError, ValueError):
+            words = None
+    if words is not None and None in words:
+        words = None
+    return Tokenized(np.asarray(ids, dtype=np.int64), np.asarray(offsets, dtype=np.int64).reshape(-1, 2)), words
+
+
+@functools.lru_cache(maxsize=16)
+def _cutting_core(tokenizer: Any) -> Any:
+    """A private copy of a fast tokenizer's Rust core that never truncates or
+    pads, or None for a tokenizer without one. Documents are cut on threads
+    (`Encoder.cut`) while the encoder tokenizes batches, and the transformers
+    wrapper sets truncation and padding on its core for every call: a
+    shared core could cut a document at a batch's length."""
+    core = getattr(tokenizer, "_tokenizer", None)
+    if core is None or not hasattr(core, "to_str"):
+        return None
+    core = type(core).from_str(core.to_str())
+    core.no_truncation()
+    core.no_padding()
+    return core
 
 
 class SentenceLocator:
@@ -339,6 +513,16 @@ class SentenceLocator:
 
     def sentence_of(self, char: int) -> int:
         return max(0, bisect.bisect_right(self.starts, char) - 1)
+
+    def units(self, spans: np.ndarray, kind: Kind) -> list[Unit]:
+        """`unit` of each one-span row of (n, 2) document char spans, at once
+        (a token index makes a unit per token)."""
+        starts = np.asarray(self.starts)
+        first = np.maximum(np.searchsorted(starts, spans[:, 0], side="right") - 1, 0)
+        last = np.maximum(np.searchsorted(starts, spans[:, 1] - 1, side="right") - 1, 0)
+        local = (spans - starts[first][:, None]).tolist()
+        doc_id = self.doc.id
+        return [Unit(doc_id, f, ((a, b),), kind, l) for f, (a, b), l in zip(first.tolist(), local, last.tolist())]
 
     def unit(self, spans: Sequence[Span], kind: Kind) -> Unit:
         """A unit for document-level char spans, re-based onto its first sentence."""

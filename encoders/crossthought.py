@@ -50,7 +50,7 @@ from torch import nn
 from . import flag, weights_path
 from .adapters import adapter_stages, layer_stack, merged_stages
 from .backbone import Backbone
-from .base import Encoder, SentenceLocator, TokenStates, _n_specials
+from .base import Encoder, SentenceLocator, TokenStates, _n_specials, document_tokens
 from .provenance import read_weights, recorded_weights, verified_sha256
 from .single import passage_mean
 from .units import Document, Encoded, Kind, Passage
@@ -93,9 +93,8 @@ def word_starts(offsets: np.ndarray) -> np.ndarray:
 def tokenized_sequences(tokenizer: Any, text: str, length: int = SEQUENCE_TOKENS) -> tuple[list[int], np.ndarray, list[tuple[int, int]]]:
     """A text's token ids (no specials), their (n, 2) char offsets, and its
     short sequences as token ranges (`cut_sequences`)."""
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
-    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
-    return enc["input_ids"], offsets, cut_sequences(word_starts(offsets), length)
+    tokens, _ = document_tokens(tokenizer, text)
+    return tokens.ids.tolist(), tokens.offsets, cut_sequences(word_starts(tokens.offsets), length)
 
 
 def sequence_passages(doc: Document, backbone: Backbone, length: int = SEQUENCE_TOKENS) -> list[Passage]:

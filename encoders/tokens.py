@@ -125,6 +125,8 @@ class TokensEncoder(Encoder):
             vectors = l2_normalize(torch.stack([tokens.states[g].mean(0) for g in groups]))
         char_spans = tokens.offsets + passage.start
         locate = SentenceLocator(passage.doc)
+        if all(len(g) == 1 for g in groups):
+            return Encoded(vectors, locate.units(char_spans[[g[0] for g in groups]], Kind.TOKEN))
         units = [locate.unit([(int(char_spans[i, 0]), int(char_spans[i, 1])) for i in g], Kind.TOKEN) for g in groups]
         return Encoded(vectors, units)
 

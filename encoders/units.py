@@ -56,6 +56,15 @@ class Document:
         return self.text[start:end]
 
 
+@dataclass(frozen=True, eq=False)
+class Tokenized:
+    """A document's text as the backbone's tokenizer cuts it, no specials:
+    token ids, and each token's [start, end) char offsets in the text."""
+
+    ids: np.ndarray  # (n,) int64
+    offsets: np.ndarray  # (n, 2) int64
+
+
 @dataclass(frozen=True)
 class Passage:
     """A character window [start, end) of a document, aligned to sentences.
@@ -63,12 +72,18 @@ class Passage:
     `first_sentence` is the index of the sentence the window starts in. A
     sentence longer than the model window is cut into several passages, so a
     passage may start or end inside a sentence.
+
+    `tokens`, when set, is the document's tokenization and the [first, last)
+    token range of this window, for a window whose text, tokenized alone,
+    gives exactly those tokens (it starts and ends between words): the
+    encoder slices its tokens instead of tokenizing the text a second time.
     """
 
     doc: Document
     start: int
     end: int
     first_sentence: int
+    tokens: tuple[Tokenized, int, int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def text(self) -> str:

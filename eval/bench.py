@@ -63,7 +63,7 @@ def throughput(corpus: Path, n_docs: int, backbone: "Backbone", encoder_name: st
 
     encoder = load_encoder(encoder_name, backbone=backbone)
     docs = scale.first_documents(corpus, n_docs)
-    passages = [p for d in docs for p in encoder.passages(d)]
+    passages = [p for ps in encoder.cut(docs) for p in ps]
     texts = sorted((p.text for p in passages), key=len)
     batches = [texts[i : i + encoder.batch_size] for i in range(0, len(texts), encoder.batch_size)]
     tok = backbone.tokenizer

@@ -511,7 +511,7 @@ def write_encoded(corpus: str, encoder: "Encoder", out: Path) -> tuple[list[str]
     docs = [r for r in read_corpus([Path(corpus)]) if isinstance(r, Document)]
     torch_sync(encoder.backbone.device)()
     started = time.perf_counter()
-    passages = [p for d in docs for p in encoder.passages(d)]
+    passages = [p for ps in encoder.cut(docs) for p in ps]
     encoded = encoder.encode(passages, progress=True)
     seconds = time.perf_counter() - started  # the vectors are on the host: the device is done
     rows: dict[str, list[np.ndarray]] = {d.id: [] for d in docs}

@@ -77,7 +77,7 @@ def encode_rates(corpus: Path, sizes: list[int], encoders: list[str], device: st
             prefix = docs[:n]
             torch_sync(backbone.device)()
             started = time.perf_counter()
-            passages = [p for d in prefix for p in encoder.passages(d)]
+            passages = [p for ps in encoder.cut(prefix) for p in ps]
             encoded = encoder.encode(passages, progress=True)
             seconds = time.perf_counter() - started  # the vectors are on the CPU already: the device is done
             point = {"encoder": name, "batch_size": encoder.batch_size, "documents": len(prefix), "passages": len(passages),

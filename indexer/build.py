@@ -82,12 +82,11 @@ ENCODE_PASSAGES = 512
 SETTINGS = ("shard_docs", "factory", "backend", "bm25", "store", "code_bytes")  # what a writer of an existing index takes from its manifest
 
 
-def _chunks(docs: list[Document], passages: Callable[[Document], list[Passage]]) -> Iterator[tuple[list[Document], list[list[Passage]]]]:
+def _chunks(docs: list[Document], encoder: Encoder) -> Iterator[tuple[list[Document], list[list[Passage]]]]:
     chunk: list[Document] = []
     cut: list[list[Passage]] = []
     held = 0  # passages in `cut`
-    for doc in docs:
-        ps = passages(doc)
+    for doc, ps in zip(docs, encoder.cut(docs)):
         if chunk and (len(chunk) == ENCODE_DOCS or held + len(ps) > ENCODE_PASSAGES):
             yield chunk, cut
             chunk, cut, held = [], [], 0
@@ -379,7 +378,7 @@ class IndexWriter:
         holding ENCODE_PASSAGES passages; a longer document alone): (documents,
         their vectors and units, passages read)."""
         encoder = self.encoder
-        for chunk, passages_per_doc in _chunks(docs, encoder.passages):
+        for chunk, passages_per_doc in _chunks(docs, encoder):
             flat = [p for ps in passages_per_doc for p in ps]
             encoded_flat = iter(encoder.encode(flat))
             yield chunk, [_concat([next(encoded_flat) for _ in ps], encoder.dim) for ps in passages_per_doc], len(flat)

@@ -1,8 +1,12 @@
+import dataclasses
+import threading
+
 import numpy as np
 import pytest
+import torch
 
 from propdex.encoders import Document, Kind, Passage, load_encoder
-from propdex.encoders.base import cut_passages
+from propdex.encoders.base import CUT_AHEAD, cut_passages, sliced_tokens, tokenize
 
 
 def unit_text(doc: Document, unit) -> str:
@@ -90,6 +94,72 @@ def test_long_documents_are_cut_into_windows_covering_all_text(tiny):
     enc = load_encoder("tokens", backbone=tiny)
     total = sum(len(e.units) for e in enc.encode(passages))
     assert total == len(tok(text, add_special_tokens=False)["input_ids"]) - text.count(".")
+
+
+def _long_document(doc_id: str, title: str) -> Document:
+    """A short sentence, then one far longer than a window, of words in
+    several pieces each, so that cuts at token boundaries fall inside words."""
+    first = "Paris is the capital of France."
+    long = " ".join(["Antidisestablishmentarianism unconstitutionally"] * 120) + "."
+    text = first + " " + long
+    return Document(doc_id, text, title, ((0, len(first)), (len(first) + 1, len(text))))
+
+
+@pytest.mark.parametrize("title", ["A title", ""])
+def test_a_cut_passage_keeps_its_tokens_and_encodes_as_if_tokenized_alone(tiny, title):
+    """The document is tokenized once, when it is cut: a passage slices those
+    tokens, unless it starts or ends inside a word (its text alone would
+    tokenize otherwise). The batch and the vectors are those of tokenizing
+    every passage's text."""
+    doc = _long_document("long", title)
+    for spec in ("single", "tokens"):
+        enc = load_encoder(spec, backbone=tiny)
+        passages = enc.passages(doc)
+        kept = [p for p in passages if p.tokens is not None]
+        assert 0 < len(kept) < len(passages)  # a window that starts inside a word has none
+        for p in passages:
+            alone = tiny.tokenizer(p.text, add_special_tokens=False, return_offsets_mapping=True)
+            if p.tokens is not None:
+                ids, offsets = sliced_tokens(p)
+                assert ids.tolist() == alone["input_ids"]
+                assert offsets.tolist() == [list(o) for o in alone["offset_mapping"]]
+        titles = [enc.title_of(p.doc) for p in kept]
+        slow = tokenize(tiny.tokenizer, [p.text for p in kept], titles, enc.max_length)
+        fast = tokenize(tiny.tokenizer, [p.text for p in kept], titles, enc.max_length, [sliced_tokens(p) for p in kept])
+        assert fast[0].keys() == slow[0].keys()
+        for key in slow[0]:
+            assert torch.equal(fast[0][key], slow[0][key]), key
+        for a, b in zip(fast[1:], slow[1:]):
+            np.testing.assert_array_equal(a, b)
+        retokenized = enc.encode([dataclasses.replace(p, tokens=None) for p in passages])
+        for a, b in zip(enc.encode(passages), retokenized):
+            np.testing.assert_array_equal(a.vectors, b.vectors)
+            assert a.units == b.units
+
+
+def test_documents_cut_on_threads_come_in_order_and_whole_while_batches_are_tokenized(tiny):
+    """`Encoder.cut` tokenizes on threads while the encoder tokenizes batches
+    with truncation on the same tokenizer: no document may come out cut at
+    a batch's length, or out of order."""
+    enc = load_encoder("single", backbone=tiny)
+    docs = [_long_document(f"d{i}", f"Title {i}") for i in range(3 * CUT_AHEAD)]
+    expected = [enc.passages(d) for d in docs]
+    stop = threading.Event()
+
+    def tokenize_batches() -> None:
+        while not stop.is_set():
+            tokenize(tiny.tokenizer, ["word " * 300, "a b"], ["", "T"], 16)
+
+    churn = threading.Thread(target=tokenize_batches)
+    churn.start()
+    try:
+        got = list(enc.cut(docs))
+    finally:
+        stop.set()
+        churn.join()
+    assert got == expected
+    whole = len(tiny.tokenizer(docs[0].text, add_special_tokens=False)["input_ids"])
+    assert all(len(p.tokens[0].ids) == whole for ps in got for p in ps if p.tokens is not None)
 
 
 @pytest.mark.parametrize("spec", ["tokens", "tokens:pool=3", "nugget", "nugget:ratio=0.1"])
