@@ -244,14 +244,24 @@ def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_le
     [SEP] text` is one segment to it. Texts without a title are tokenized
     alone, exactly as before titles existed.
 
-    `tokens` (per text: its ids and offsets, already cut; `sliced_tokens`)
-    lets the batch be assembled without the tokenizer, the same batch
-    bit for bit, when every text has them and fits.
+    The batch is assembled from each text's tokens, the same batch bit for
+    bit as the tokenizer's own (the transformers wrapper, the fallback, is
+    slow on long batches): `tokens` gives a text's ids and offsets where
+    they are known already (`sliced_tokens`), the others are tokenized
+    alone here.
     """
-    if tokens and all(t is not None for t in tokens):
-        assembled = _assemble(tokenizer, tokens, titles, max_length)  # type: ignore[arg-type]
+    if special_template(tokenizer) is not None:
+        tokens = [t if t is not None else _alone(tokenizer, text) for t, text in zip(tokens or [None] * len(texts), texts)]
+        assembled = _assemble(tokenizer, tokens, titles, max_length)
         if assembled is not None:
             return assembled
+    return wrapper_batch(tokenizer, texts, titles, max_length)
+
+
+def wrapper_batch(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_length: int) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
+    """`tokenize`'s batch as the transformers tokenizer makes it: for a row
+    to truncate, a tokenizer without a fast core, and as the reference the
+    assembled batch is tested against."""
     groups = [[i for i, t in enumerate(titles) if not t], [i for i, t in enumerate(titles) if t]]
     parts = []
     for titled, rows in enumerate(groups):
@@ -301,6 +311,11 @@ def sliced_tokens(passage: Passage) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     tokenized, first, last = passage.tokens
     return tokenized.ids[first:last], tokenized.offsets[first:last] - passage.start
+
+
+def _alone(tokenizer: Any, text: str) -> tuple[np.ndarray, np.ndarray]:
+    tokenized, _ = document_tokens(tokenizer, text)
+    return tokenized.ids, tokenized.offsets
 
 
 @functools.lru_cache(maxsize=16)

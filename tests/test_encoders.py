@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from propdex.encoders import Document, Kind, Passage, load_encoder
-from propdex.encoders.base import CUT_AHEAD, cut_passages, sliced_tokens, tokenize
+from propdex.encoders.base import CUT_AHEAD, cut_passages, sliced_tokens, tokenize, wrapper_batch
 
 
 def unit_text(doc: Document, unit) -> str:
@@ -110,7 +110,7 @@ def test_a_cut_passage_keeps_its_tokens_and_encodes_as_if_tokenized_alone(tiny, 
     """The document is tokenized once, when it is cut: a passage slices those
     tokens, unless it starts or ends inside a word (its text alone would
     tokenize otherwise). The batch and the vectors are those of tokenizing
-    every passage's text."""
+    every passage's text by the transformers tokenizer."""
     doc = _long_document("long", title)
     for spec in ("single", "tokens"):
         enc = load_encoder(spec, backbone=tiny)
@@ -123,14 +123,18 @@ def test_a_cut_passage_keeps_its_tokens_and_encodes_as_if_tokenized_alone(tiny, 
                 ids, offsets = sliced_tokens(p)
                 assert ids.tolist() == alone["input_ids"]
                 assert offsets.tolist() == [list(o) for o in alone["offset_mapping"]]
-        titles = [enc.title_of(p.doc) for p in kept]
-        slow = tokenize(tiny.tokenizer, [p.text for p in kept], titles, enc.max_length)
-        fast = tokenize(tiny.tokenizer, [p.text for p in kept], titles, enc.max_length, [sliced_tokens(p) for p in kept])
+        titles = [enc.title_of(p.doc) for p in passages]
+        slow = wrapper_batch(tiny.tokenizer, [p.text for p in passages], titles, enc.max_length)
+        fast = tokenize(tiny.tokenizer, [p.text for p in passages], titles, enc.max_length, [sliced_tokens(p) for p in passages])
         assert fast[0].keys() == slow[0].keys()
         for key in slow[0]:
             assert torch.equal(fast[0][key], slow[0][key]), key
         for a, b in zip(fast[1:], slow[1:]):
             np.testing.assert_array_equal(a, b)
+        # A text longer than the window is truncated as the tokenizer truncates it.
+        long = ["word " * 400, "a b"], ["", "A title"]
+        for a, b in zip(tokenize(tiny.tokenizer, *long, 32), wrapper_batch(tiny.tokenizer, *long, 32)):
+            assert all(torch.equal(a[k], b[k]) for k in b) if isinstance(b, dict) else np.array_equal(a, b)
         retokenized = enc.encode([dataclasses.replace(p, tokens=None) for p in passages])
         for a, b in zip(enc.encode(passages), retokenized):
             np.testing.assert_array_equal(a.vectors, b.vectors)
