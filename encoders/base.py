@@ -14,8 +14,8 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from itertools import islice
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, ClassVar
 
 import numpy as np
@@ -354,7 +354,7 @@ def special_template(tokenizer: Any) -> tuple[tuple[list[int], list[int]], tuple
 
 @functools.lru_cache(maxsize=4096)
 def _title_ids(tokenizer: Any, title: str) -> np.ndarray:
-    return np.asarray(tokenizer(title, add_special_tokens=False)["input_ids"], dtype=np.int64)
+    return document_tokens(tokenizer, title)[0].ids
 
 
 def _assemble(tokenizer: Any, tokens: Sequence[tuple[np.ndarray, np.ndarray]], titles: Sequence[str], max_length: int):
