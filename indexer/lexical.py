@@ -90,8 +90,11 @@ class BM25:
         if len(set(ids)) != len(ids):
             raise ValueError("a BM25 index needs unique document ids")
         model = bm25s.BM25(method=method, k1=k1, b=b)
-        # A document with no index term (all stop words, say) stays a row of zeros.
-        model.index(terms, show_progress=False)
+        # Term ids in sorted order ("" first, for documents with no index term,
+        # which stay rows of zeros), not the order of a set of strings: two
+        # builds of one corpus write the same files.
+        vocab = {"": 0} | {t: i for i, t in enumerate(sorted({t for doc in terms for t in doc} - {""}), 1)}
+        model.index(([[vocab[t] for t in doc] for doc in terms], vocab), show_progress=False)
         return cls(model, ids, {"method": method, "k1": k1, "b": b, "analyzer": "lucene-english-porter"})
 
     def __len__(self) -> int:

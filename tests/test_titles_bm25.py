@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -115,6 +116,27 @@ def test_bm25_search_excludes_and_keeps_order():
     assert "c" not in [d for d, _ in hits]  # no term in common: not a hit
     assert "d" not in [d for d, _ in index.search("apple banana", 10, exclude={"d"})]
     assert index.search("zebra", 5) == []
+
+
+def test_two_builds_of_one_corpus_write_the_same_bm25_files(tmp_path):
+    """Term ids are sorted, not a set's order, which Python's string hashing
+    changes from one process to the next."""
+    script = textwrap.dedent("""
+        import sys
+        from pathlib import Path
+        from propdex.indexer import lexical
+        docs = [(f"d{i}", f"term{i} apple banana cherry {'pear ' * (i % 3)} the of") for i in range(40)] + [("stop", "the of and")]
+        lexical.BM25.build(docs).save(Path(sys.argv[1]))
+    """)
+    for seed in ("1", "2"):
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / seed)], check=True, env={**os.environ, "PYTHONHASHSEED": seed})
+    files = sorted(p.name for p in (tmp_path / "1").iterdir())
+    assert files and files == sorted(p.name for p in (tmp_path / "2").iterdir())
+    for name in files:
+        assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes(), name
+    index = lexical.BM25.load(tmp_path / "1")
+    assert [d for d, _ in index.search("term7 pear", 3)][0] == "d7"
+    assert index.search("the of", 3) == []
 
 
 _KILL_DURING_BM25 = textwrap.dedent("""
