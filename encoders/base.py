@@ -250,9 +250,9 @@ def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_le
     they are known already (`sliced_tokens`), the others are tokenized
     alone here.
     """
-    if special_template(tokenizer) is not None:
+    if (template := special_template(tokenizer)) is not None:
         tokens = [t if t is not None else _alone(tokenizer, text) for t, text in zip(tokens or [None] * len(texts), texts)]
-        assembled = _assemble(tokenizer, tokens, titles, max_length)
+        assembled = _assemble(tokenizer, template, tokens, titles, max_length)
         if assembled is not None:
             return assembled
     return wrapper_batch(tokenizer, texts, titles, max_length)
@@ -353,22 +353,20 @@ def special_template(tokenizer: Any) -> tuple[tuple[list[int], list[int]], tuple
 
 
 @functools.lru_cache(maxsize=4096)
-def _title_ids(tokenizer: Any, title: str) -> np.ndarray:
+def title_ids(tokenizer: Any, title: str) -> np.ndarray:
+    """A (clipped) title's token ids, no specials; shared, do not modify."""
     return document_tokens(tokenizer, title)[0].ids
 
 
-def _assemble(tokenizer: Any, tokens: Sequence[tuple[np.ndarray, np.ndarray]], titles: Sequence[str], max_length: int):
-    """`tokenize`'s batch built from tokens already cut, or None when a row
-    would be truncated or the tokenizer's specials cannot be placed."""
-    template = special_template(tokenizer)
-    if template is None:
-        return None
+def _assemble(tokenizer: Any, template: tuple, tokens: Sequence[tuple[np.ndarray, np.ndarray]], titles: Sequence[str], max_length: int):
+    """`tokenize`'s batch built from tokens already cut and the tokenizer's
+    `special_template`, or None when a row would be truncated."""
     (before, after), (pair_before, between, pair_after) = template
     model_max = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else 1 << 30
     rows = []  # (ids, kind per token: 0 special, 1 title, 2 text, text offsets)
     for (ids, offsets), title in zip(tokens, titles):
         if title:
-            t = _title_ids(tokenizer, title)
+            t = title_ids(tokenizer, title)
             parts = (pair_before, t, between, ids, pair_after)
             limit = min(max_length + TITLE_TOKENS + 1, model_max)
         else:

@@ -119,14 +119,12 @@ class TokensEncoder(Encoder):
     def emit(self, passage: Passage, tokens: TokenStates, groups: list[list[int]]) -> Encoded:
         """One normalised vector per group (the mean of its states) and a unit
         spanning the group's tokens."""
-        if all(len(g) == 1 for g in groups):
-            vectors = l2_normalize(tokens.states[[g[0] for g in groups]])
-        else:
-            vectors = l2_normalize(torch.stack([tokens.states[g].mean(0) for g in groups]))
         char_spans = tokens.offsets + passage.start
         locate = SentenceLocator(passage.doc)
         if all(len(g) == 1 for g in groups):
-            return Encoded(vectors, locate.units(char_spans[[g[0] for g in groups]], Kind.TOKEN))
+            rows = [g[0] for g in groups]
+            return Encoded(l2_normalize(tokens.states[rows]), locate.units(char_spans[rows], Kind.TOKEN))
+        vectors = l2_normalize(torch.stack([tokens.states[g].mean(0) for g in groups]))
         units = [locate.unit([(int(char_spans[i, 0]), int(char_spans[i, 1])) for i in g], Kind.TOKEN) for g in groups]
         return Encoded(vectors, units)
 

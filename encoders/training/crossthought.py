@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from .. import DEFAULT_BACKBONE
 from ..backbone import Backbone
-from ..base import clip_title
+from ..base import clip_title, title_ids
 from ..crossthought import SEQUENCE_TOKENS, CrossThoughtModel, crossthought_weights, mask_words, tokenized_sequences
 from ..provenance import command_line, hardware, library_versions, save_weights
 from .data import WIKI_EXTRACTED, WIKI_HELDOUT_FROM, wiki_sample
@@ -41,8 +41,8 @@ def section_runs(tokenizer: Any, text: str, length: int = SEQUENCE_TOKENS, run: 
     grouped into runs of at most `run` consecutive ones; runs of a single
     sequence are dropped (they have no neighbour to read)."""
     ids, _, ranges = tokenized_sequences(tokenizer, text, length)
-    title_ids = tokenizer(clip_title(tokenizer, title)[0], add_special_tokens=False)["input_ids"] if title.strip() else []
-    sequences = [(title_ids, ids[a:b]) for a, b in ranges]
+    title = title_ids(tokenizer, clip_title(tokenizer, title)[0]).tolist() if title.strip() else []
+    sequences = [(title, ids[a:b]) for a, b in ranges]
     return [chunk for i in range(0, len(sequences), run) if len(chunk := sequences[i : i + run]) >= 2]
 
 
