@@ -3,10 +3,14 @@
 A system is `bm25` or an encoder name with index options, e.g.
 `tokens:factory=Flat`, `single:mask=1` (PropSegment: pool under the
 proposition mask instead of reading the proposition text), `title=0` (leave
-titles out); `A+B[+C]` fuses systems run on the same corpus (`tokens+bm25`;
-`fusion=minmax` on the last part picks the method). Encoder indexes are
-built with the real IndexWriter under --work and reused by later runs when
-corpus and settings are unchanged (their build times come from the manifest).
+titles out), and search options (`nprobe=64`, `window=0`, `hops=2`).
+`A+bm25` is A searched with `--hybrid` (`fusion=minmax` on the last part
+picks the method). Every system runs through the shipped search path: an
+encoder's index is built with the real IndexWriter under --work (BM25
+included) and searched by `Searcher.search` with the spec's settings; `bm25`
+alone is the index's BM25 builder and retriever (retriever.hybrid). Indexes
+are reused by later runs when corpus and settings are unchanged (their build
+times come from the manifest).
 """
 from __future__ import annotations
 
@@ -18,8 +22,8 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,12 +35,13 @@ from propdex.indexer import ann
 from propdex.indexer.ann import CODE_BYTES
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.settings import IndexSettings, store_of
-from propdex.indexer.lexical import BM25, document_text
+from propdex.indexer import lexical
 from propdex.indexer.manifest import library_versions, read_manifest
 from propdex.retriever import Searcher
+from propdex.retriever.hybrid import Lexical, hop_order
+from propdex.retriever.settings import SearchSettings
 
 from . import metrics
-from propdex.retriever import fusion
 
 from .datasets import Task, load_beir, load_hotpotqa, load_propsegment
 
@@ -45,18 +50,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TASKS = ("hotpotqa", "propsegment", "beir", "segmentation", "rr", "reconstruction")
+TASKS = ("hotpotqa", "propsegment", "beir", "segmentation", "rr", "reconstruction", "run")
 DEFAULT_LEVEL = {"hotpotqa": "doc", "beir": "doc", "propsegment": "unit"}
 # PropSegment: sentence/document rankings de-duplicate a proposition ranking
 # at least 5x deeper than the deepest cut-off (R@20).
 PROPSEGMENT_DEPTH = 100
-# Options that change how an index is searched, not the index: its build is reused.
-# bm25=N: re-rank exactly BM25's top N per query instead of the ANN's candidates;
-# exact=1: re-score every document for every query (no stage 1: stage 2's reference).
-SEARCH_OPTIONS = ("nprobe", "bm25", "exact", "window")
-# Options of a whole system (after fusion): fusion=rrf|minmax, hops=1|2.
-PIPELINE_OPTIONS = ("fusion", "hops")
-SPEC_GRAMMAR = "NAME[:option=value...][+NAME[:option=value...]...]"
+# A system's search options are the search's own (SearchSettings: nprobe,
+# window, hops, fusion, ...) less those the grammar spells itself (`+bm25` is
+# hybrid) or eval sets (k, level); they change how an index is searched, not
+# the index, whose build is reused. Two more are eval's: pool=N re-ranks
+# exactly BM25's top N per query (`within`), exact=1 re-scores every document.
+SEARCH_OPTIONS = tuple(f.name for f in fields(SearchSettings) if f.name not in ("k", "level", "hybrid", "bm25", "where"))
+EVAL_OPTIONS = ("pool", "exact")
+SPEC_GRAMMAR = "NAME[:option=value...][+bm25][:hops=2][:fusion=rrf|minmax]"
 _SYSTEM_NAMES = {"bm25", *ENCODERS}
 
 
@@ -92,6 +98,38 @@ class System:
         """Does this system see a proposition as a mask inside its sentence?"""
         return flag(self.options.get("mask", self.name not in ("bm25", "single")))
 
+    def search_options(self) -> dict[str, str]:
+        return {k: v for k, v in self.options.items() if k in SEARCH_OPTIONS}
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What one eval system runs: a dense system or `bm25`, searched with
+    `options`; `A+bm25` is the dense A searched with hybrid=True, the
+    search's options (hops=, fusion=) written on its last part."""
+
+    system: System
+    hybrid: bool
+    options: dict[str, str]
+
+    @classmethod
+    def parse(cls, spec: str) -> "Pipeline":
+        parts = [System.parse(p) for p in spec.split("+")]
+        options = {k: v for part in parts for k, v in part.search_options().items()}
+        if len(parts) == 1:
+            return cls(parts[0], False, options)
+        dense, lexical_part = parts[0], parts[-1]
+        if len(parts) != 2 or dense.name == "bm25" or lexical_part.name != "bm25" or set(lexical_part.options) - set(SEARCH_OPTIONS):
+            raise ValueError(f"system spec {spec!r}: a fusion is what `search --hybrid` runs, one dense system and the "
+                             f"index's own BM25 (grammar: {SPEC_GRAMMAR})")
+        return cls(dense, True, options)
+
+    def settings(self, k: int, level: str) -> SearchSettings:
+        """The search this system runs, checked as the search checks it."""
+        if "fusion" in self.options and not self.hybrid:
+            raise ValueError(f"system spec {self.system.label!r}: fusion= needs systems to fuse (grammar: {SPEC_GRAMMAR})")
+        return SearchSettings.of(k=k, level=level, hybrid=self.hybrid, bm25=self.system.name == "bm25", **self.options)
+
 
 @dataclass
 class Outcome:
@@ -119,143 +157,109 @@ def corpus_for(task: Task, system: System) -> list[Document]:
     return [Document(d.id, task.index_text(d), d.title, ((0, len(task.index_text(d))),)) for d in task.corpus]
 
 
-def lexical_items(task: Task, level: str, titles: bool = True) -> list[tuple[Hashable, str]]:
-    """What BM25 indexes: (key, text) per document, or per sentence at
-    sentence level, each with its document's title in front."""
-    def text(d: Document, body: str) -> str:
-        return document_text(d.title if titles else "", body)
-
-    if level == "sentence" and not task.prop_text:
-        return [((d.id, i), text(d, d.text[a:b])) for d in task.corpus for i, (a, b) in enumerate(d.sentences)]
-    return [(d.id, text(d, task.index_text(d))) for d in task.corpus]
-
-
 def queries_for(task: Task, system: System) -> list[str | Document]:
     return [q.doc if (q.doc is not None and system.mask_aware()) else q.text for q in task.queries]
 
 
-class _LexicalIndex:
-    """BM25 over a task's lexical items; searches return the items' keys."""
-
-    def __init__(self, task: Task, level: str, titles: bool) -> None:
-        items = lexical_items(task, level, titles)
-        self.keys = [k for k, _ in items]
-        self.position = {k: str(i) for i, k in enumerate(self.keys)}
-        self.index = BM25.build((str(i), text) for i, (_, text) in enumerate(items))
-        self.passages = {d.id: task.index_text(d) for d in task.corpus}  # what a second hop adds to the question
-
-    def hop(self, question: str, seed: str, depth: int, exclude: Iterable[Hashable] = ()) -> list[Hashable]:
-        """The second hop's documents, as `Searcher.search(..., hops=2)` finds
-        them: BM25 asked with the question and the best document's text."""
-        return [k for k, _ in self.search(fusion.hop_query(question, self.passages[seed]), depth, {seed, *exclude})]
-
-    def search(self, query: str, depth: int, exclude: Iterable[Hashable] = ()) -> list[tuple[Hashable, float]]:
-        hits = self.index.search(query, depth, exclude={self.position[k] for k in exclude if k in self.position})
-        return [(self.keys[int(i)], s) for i, s in hits]
+def search_level(task: Task, level: str) -> str:
+    """The level a search answers at: PropSegment's items are documents of their own."""
+    return "doc" if task.prop_text else level
 
 
-def run_bm25(task: Task, system: System, level: str, depth: int) -> Outcome:
+def _ranking(task: Task, level: str, hits: Sequence[Any]) -> list[Hashable]:
+    return [(h.doc_id, h.sentence_index) if search_level(task, level) == "sentence" else h.doc_id for h in hits]
+
+
+def run_bm25(task: Task, pipeline: Pipeline, level: str, depth: int) -> Outcome:
+    """BM25 alone, as `search --bm25 [--hops 2]` answers from an index's
+    BM25: the index's builder over the task's documents (titles unless
+    `title=0`), searched by the same retriever (retriever.hybrid.Lexical)."""
+    settings = pipeline.settings(depth, search_level(task, level))
+    system = pipeline.system
     started = time.time()
-    index = _LexicalIndex(task, level, system.titles())
+    docs = corpus_for(task, system)
+    by_id = {d.id: d for d in docs}
+    retriever = Lexical(lexical.index_documents(docs, system.titles()), by_id.get, by_id.__contains__)
     build_s = time.time() - started
     rankings, scores, latencies = {}, {}, []
     for q in task.queries:
         t = time.perf_counter()
-        hits = index.search(q.text, depth, task.exclude.get(q.id, ()))
+        skip = task.exclude.get(q.id, set())
+        hits = retriever.ranking(q.text, settings.k, skip)
+        if settings.hops == 2 and hits:
+            second = retriever.hop(q.text, hits[0][0], settings.k + 1, skip)
+            found = dict(hits) | dict(second)
+            hits = [(d, found[d]) for d in hop_order([d for d, _ in hits], [d for d, _ in second], settings.k)]
         latencies.append((time.perf_counter() - t) * 1000)
-        rankings[q.id] = [k for k, _ in hits]
+        rankings[q.id] = [d for d, _ in hits]
         scores[q.id] = [s for _, s in hits]
-    return Outcome(rankings, scores, latencies, {"index_s": round(build_s, 3)})
+    return Outcome(rankings, scores, latencies, {"index_s": round(build_s, 3), **_pipeline_stats(settings)})
 
 
-def second_hop(task: Task, first: Outcome, depth: int, every: int = fusion.HOP_EVERY,
-               index: _LexicalIndex | None = None) -> Outcome:
-    """`first` with a second hop, as `Searcher.search(..., hops=2)` does it:
-    BM25 (titles on) asked with the question and the best document's text,
-    its documents interleaved every fusion.HOP_EVERY-th place. Scores become
-    1 / (RRF_K + rank), a rank like RRF's, so that a fusion can take them.
-    `index`: the task's document-level BM25 with titles, when one is built."""
-    index = index or _LexicalIndex(task, "doc", True)
-    rankings, scores, latencies = {}, {}, []
-    for i, q in enumerate(task.queries):
-        t = time.perf_counter()
-        ranking = first.rankings[q.id]
-        if ranking:
-            second = index.hop(q.text, ranking[0], depth, task.exclude.get(q.id, ()))
-            ranking = fusion.interleave(ranking, second, every)[:depth]
-        rankings[q.id] = ranking
-        scores[q.id] = [1 / (fusion.RRF_K + r) for r in range(1, len(ranking) + 1)]
-        latencies.append(first.latencies_ms[i] + (time.perf_counter() - t) * 1000)
-    return Outcome(rankings, scores, latencies, {**first.stats, "hops": 2})
-
-
-def fuse_outcomes(parts: Sequence[Outcome], method: str, depth: int) -> Outcome:
-    """One ranking per query from several systems' rankings (retriever.fusion);
-    a query's latency is the sum of its systems' plus the fusion's own."""
-    rankings, scores, latencies = {}, {}, []
-    for i, q in enumerate(parts[0].rankings):
-        t = time.perf_counter()
-        fused = fusion.fuse([list(zip(p.rankings[q], p.scores[q])) for p in parts], method)[:depth]
-        own = (time.perf_counter() - t) * 1000
-        rankings[q], scores[q] = [k for k, _ in fused], [s for _, s in fused]
-        latencies.append(own + sum(p.latencies_ms[i] for p in parts))
-    return Outcome(rankings, scores, latencies, {"fusion": method, "encode_s": sum(p.stats.get("encode_s", 0.0) for p in parts)})
+def _pipeline_stats(settings: SearchSettings) -> dict[str, Any]:
+    return {**({"fusion": settings.fusion} if settings.hybrid else {}), **({"hops": 2} if settings.hops == 2 else {})}
 
 
 def system_encoder(system: System, backbone: "Backbone") -> "Encoder":
     """The encoder a system spec names, with its encoder options (index and
     search options stay out)."""
-    options: dict[str, Any] = {k: v for k, v in system.options.items() if k not in ("mask", "factory", "backend", "store", "code_bytes", "runtime", *SEARCH_OPTIONS)}
+    index_options = ("mask", "factory", "backend", "store", "code_bytes", "runtime")
+    options: dict[str, Any] = {k: v for k, v in system.options.items() if k not in (*index_options, *SEARCH_OPTIONS, *EVAL_OPTIONS)}
     if "keep_punct" in options:
         options["drop_punct"] = options.pop("keep_punct") not in ("1", "true", "yes")
     return load_encoder(system.name, backbone=backbone, **options)
 
 
-def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, backbone: "Backbone",
-                hop: _LexicalIndex | None = None) -> Outcome:
-    """A dense system's rankings; with `hop` (sentence level), each with the
-    second hop `Searcher.search(..., hops=2)` makes, the task's BM25 standing
-    in for the index's: its documents' best sentences take every
-    fusion.HOP_EVERY-th place."""
+def build_index(task: Task, system: System, work: Path, backbone: "Backbone") -> tuple[Path, "Encoder", dict[str, Any], bool]:
+    """The system's index over the task's corpus, built with the real
+    IndexWriter (BM25 included, as every index has it) under `work`, or
+    reused from there when corpus and settings are unchanged. Also says
+    whether the corpus's backbone states came from an earlier system of this
+    run (its encode_s is then pooling only)."""
     encoder = system_encoder(system, backbone)
     corpus = corpus_for(task, system)
     key = hashlib.sha256("\n".join(f"{d.id}\t{d.text}\t{d.focus}" for d in corpus).encode()).hexdigest()[:12]
     # Search-time options (nprobe) do not change the index: reuse it.
-    index_label = ":".join([system.name, *(f"{k}={v}" for k, v in system.options.items() if k not in SEARCH_OPTIONS)])
+    index_label = ":".join([system.name, *(f"{k}={v}" for k, v in system.options.items() if k not in (*SEARCH_OPTIONS, *EVAL_OPTIONS))])
     store, code_bytes, factory = system.options.get("store", IndexSettings.store), int(system.options.get("code_bytes", CODE_BYTES)), system.options.get("factory")
     out = cached_index_dir(work / f"{_slug(task.name.split('[')[0])}-{key}", _slug(index_label), encoder, store, code_bytes, factory)
     writer = IndexWriter(
         out, encoder, shard_docs=10_000, factory=factory,
         backend=system.options.get("backend", "faiss"), store=store,
         code_bytes=code_bytes, inputs={"task": task.name, "corpus_sha256": key},
-        bm25=False,  # eval's bm25 system indexes exactly what each level needs (lexical_items)
     )
     cache_hits = backbone.state_cache_hits
     manifest = writer.build(corpus)
-    # Corpus states an earlier system of this run computed: encode_s is pooling only.
-    shared = backbone.state_cache_hits > cache_hits
-    nprobe = int(system.options["nprobe"]) if "nprobe" in system.options else None
-    window = int(system.options["window"]) if "window" in system.options else None
-    searcher = Searcher.load(out, encoder=encoder, nprobe=nprobe)
-    search_level = "doc" if task.prop_text else level
+    return out, encoder, manifest, backbone.state_cache_hits > cache_hits
+
+
+def run_encoder(task: Task, pipeline: Pipeline, level: str, depth: int, work: Path, backbone: "Backbone") -> Outcome:
+    """A dense system's rankings, each query one `Searcher.search` on the
+    system's index, with the settings the spec names (hybrid for `+bm25`,
+    hops, fusion, nprobe, window...): what `propdex search` answers."""
+    system = pipeline.system
+    settings = pipeline.settings(depth, search_level(task, level))
+    out, encoder, manifest, shared = build_index(task, system, work, backbone)
+    searcher = Searcher.load(out, encoder=encoder)
     queries = queries_for(task, system)
-    pools = bm25_pools(task, int(system.options["bm25"]), system.titles()) if "bm25" in system.options else None
+    pools: dict[str, Sequence[str]] | None = None
+    if "pool" in system.options:
+        n = int(system.options["pool"])
+        if n < 1:
+            raise ValueError(f"pool must be at least 1, got {n}")
+        pools = {q.id: [d for d, _ in searcher.lexical_search.ranking(q.text, n, task.exclude.get(q.id, ()))] for q in task.queries}
     if flag(system.options.get("exact", False)):
-        every = [d.id for d in corpus]
+        every = [d.id for d in task.corpus]
         pools = {q.id: every for q in task.queries}
+    options = {f.name: getattr(settings, f.name) for f in fields(SearchSettings) if f.name not in ("k", "level")}
     rankings, scores, latencies = {}, {}, []
     for q, query in zip(task.queries, queries):
         t = time.perf_counter()
-        hits = searcher.search(query, k=depth, level=search_level, exclude=[task.exclude.get(q.id, set())],
-                               within=[pools[q.id]] if pools else None, window=window)
-        ranking = [(h.doc_id, h.sentence_index) if search_level == "sentence" else h.doc_id for h in hits]
-        if hop is not None and hits:
-            skip = {hits[0].doc_id, *task.exclude.get(q.id, ())}
-            offered = searcher.best_sentences(query, hop.hop(q.text, hits[0].doc_id, depth + 1, skip), skip=skip, window=window)
-            ranking = fusion.interleave(ranking, [(h.doc_id, h.sentence_index) for h in offered])[:depth]
+        hits = searcher.search_batch([query], k=settings.k, level=settings.level, exclude=[task.exclude.get(q.id, set())],
+                                     within=[pools[q.id]] if pools else None, **options)[0]
         latencies.append((time.perf_counter() - t) * 1000)
-        rankings[q.id] = ranking
-        scores[q.id] = [h.score for h in hits] if hop is None else [1 / (fusion.RRF_K + r) for r in range(1, len(ranking) + 1)]
+        rankings[q.id] = _ranking(task, level, hits)
+        scores[q.id] = [h.score for h in hits]
     counts = manifest["counts"]
     index_bytes = ann_bytes(out, manifest)
     store_bytes = sum((out / s["name"] / "meta.lmdb" / "data.mdb").stat().st_size for s in manifest["shards"])
@@ -276,7 +280,7 @@ def run_encoder(task: Task, system: System, level: str, depth: int, work: Path, 
         "encoder": manifest["encoder"],
         "backbone_sha256": manifest["backbone"]["weights_sha256"],
         "index_dir": str(out),
-        **({"hops": 2} if hop else {}),
+        **_pipeline_stats(settings),
     })
 
 
@@ -326,15 +330,6 @@ def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: st
         key = encoder.config() if not now else {"encoder": encoder.config(), **now}
         out = corpus_dir / f"{label}-{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]}"
     return out
-
-
-def bm25_pools(task: Task, n: int, titles: bool = True) -> dict[str, list[str]]:
-    """BM25's top `n` document ids per query: the pool an encoder re-ranks
-    under `bm25=N` (Cross-Thought's unsupervised HotpotQA setting is N = 200)."""
-    if n < 1:
-        raise ValueError(f"bm25 pool size must be at least 1, got {n}")
-    index = _LexicalIndex(task, "doc", titles)
-    return {q.id: [k for k, _ in index.search(q.text, n, task.exclude.get(q.id, ()))] for q in task.queries}
 
 
 def _slug(name: str) -> str:
@@ -417,48 +412,24 @@ def evaluate(
         "task": task.name, "level": level, "command": command, "versions": run_versions(),
         "data": task.info, "systems": {},
     }
-    outcomes: dict[str, Outcome] = {}  # one run per component, shared by every fusion that names it
-    hop_index: _LexicalIndex | None = None  # the second hop's BM25, built once for every hops=2 system
+    def run(spec: str) -> Outcome:
+        pipeline = Pipeline.parse(spec)
+        system = pipeline.system
+        if task.prop_text and "hops" in pipeline.options:
+            raise ValueError(f"system spec {spec!r}: hops=2 ranks documents or sentences of documents (not PropSegment's propositions)")
+        log.info("system %s on %s (%d docs, %d queries)", spec, task.name, len(task.corpus), len(task.queries))
+        if system.name == "bm25":
+            return run_bm25(task, pipeline, level, depth)
+        from propdex.encoders.backbone import Backbone
 
-    def run(spec: str, hop: _LexicalIndex | None = None) -> Outcome:
-        key = spec + (":hops=2" if hop else "")
-        if key not in outcomes:
-            system = System.parse(spec)
-            log.info("system %s on %s (%d docs, %d queries)", spec, task.name, len(task.corpus), len(task.queries))
-            if system.name == "bm25":
-                outcomes[key] = run_bm25(task, system, level, depth)
-            else:
-                from propdex.encoders.backbone import Backbone
-
-                runtime = system.options.get("runtime", "torch")
-                if runtime not in backbones:
-                    backbones[runtime] = Backbone.load(device=device, runtime=runtime)
-                    backbones[runtime].state_cache = {}  # systems on the same backbone states encode the corpus once
-                outcomes[key] = run_encoder(task, system, level, depth, work, backbones[runtime], hop)
-        return outcomes[key]
+        runtime = system.options.get("runtime", "torch")
+        if runtime not in backbones:
+            backbones[runtime] = Backbone.load(device=device, runtime=runtime)
+            backbones[runtime].state_cache = {}  # systems on the same backbone states encode the corpus once
+        return run_encoder(task, pipeline, level, depth, work, backbones[runtime])
 
     for spec in systems:
-        parts = spec.split("+")
-        # Options of the whole pipeline sit on its last part: fusion=, hops=.
-        pipeline = {k: v for k, v in System.parse(parts[-1]).options.items() if k in PIPELINE_OPTIONS}
-        parts[-1] = re.sub(r":(%s)=[^:+]*" % "|".join(PIPELINE_OPTIONS), "", parts[-1])
-        hops = int(pipeline.get("hops", 1))
-        if hops not in (1, 2):
-            raise ValueError(f"system spec {spec!r}: hops must be 1 or 2, got {hops}")
-        if hops == 2 and (level not in ("doc", "sentence") or task.prop_text):
-            raise ValueError(f"system spec {spec!r}: hops=2 ranks documents or sentences (not PropSegment)")
-        if hops == 2 and level == "sentence" and (len(parts) > 1 or System.parse(parts[0]).name == "bm25"):
-            raise ValueError(f"system spec {spec!r}: hops=2 at sentence level scores the hop's sentences densely: one dense system")
-        if hops == 2:
-            hop_index = hop_index or _LexicalIndex(task, "doc", True)
-        if len(parts) > 1:
-            outcome = fuse_outcomes([run(p) for p in parts], pipeline.get("fusion", "rrf"), depth)
-        elif "fusion" in pipeline:
-            raise ValueError(f"system spec {spec!r}: fusion= needs systems to fuse (grammar: {SPEC_GRAMMAR})")
-        else:
-            outcome = run(parts[0], hop_index if hops == 2 and level == "sentence" else None)
-        if hops == 2 and level == "doc":
-            outcome = second_hop(task, outcome, depth, index=hop_index)
+        outcome = run(spec)
         lat = np.array(outcome.latencies_ms)
         if task.prop_text and level == "unit":
             outcome.stats["top1"] = top1_breakdown(task, outcome)
@@ -543,7 +514,8 @@ def _git_head() -> str | None:
 def add_commands(sub) -> None:
     p = sub.add_parser("eval", help="measure systems side by side", description=__doc__.split("\n\n")[0])
     p.add_argument("task", choices=TASKS)
-    p.add_argument("path", help="data file or folder")
+    p.add_argument("path", help="data file or folder (run: the TREC run file to score)")
+    p.add_argument("--qrels", type=Path, help="run: the judgements (TREC qrels, BEIR qrels TSV, or HotpotQA's JSON file)")
     p.add_argument("--systems", default="bm25,single,tokens",
                    help="comma-separated, e.g. bm25,single,tokens:factory=Flat (segmentation: clause,pairs; "
                         "rr: encoders as for search; reconstruction: ratios, e.g. 0.05,0.1,0.25)")
@@ -558,6 +530,10 @@ def add_commands(sub) -> None:
 
 def _run(args) -> int:
     command = "propdex " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    if args.task == "run":
+        return _run_score(args, command)
+    if args.qrels is not None:
+        raise ValueError("--qrels scores a run: propdex eval run RUN --qrels FILE")
     if args.task == "segmentation":
         return _run_segmentation(args, command)
     if args.task in ("rr", "reconstruction"):
@@ -569,12 +545,29 @@ def _run(args) -> int:
     table = markdown(result)
     print(f"{result['task']}, level {result['level']}, {result['data'].get('n_queries', '?')} queries")
     print(table)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1, default=str))
+    _write(args.out, result)
     if args.plot:
         plot_recall(result, args.plot)
     return 0
+
+
+def _run_score(args, command: str) -> int:
+    from . import score_run
+
+    if args.qrels is None:
+        raise ValueError("propdex eval run RUN needs --qrels FILE")
+    result = {"task": "run", "command": command, "versions": run_versions(), **score_run.evaluate_run(args.path, args.qrels)}
+    q = result["queries"]
+    print(f"{args.path}: {q['run']} queries in the run, {q['judged_in_run']} of {q['judged']} judged queries")
+    print(score_run.markdown(result))
+    _write(args.out, result)
+    return 0
+
+
+def _write(out: Path | None, result: dict[str, Any]) -> None:
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1, default=str))
 
 
 def _run_segmentation(args, command: str) -> int:
@@ -585,9 +578,7 @@ def _run_segmentation(args, command: str) -> int:
     result = {"task": "propsegment segmentation (dev)", "command": command, "versions": run_versions(), **result}
     print(f"{result['task']}: {result['n_sentences']} sentences, {result['n_gold']} gold propositions")
     print(segmentation.markdown(result))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1, default=str))
+    _write(args.out, result)
     return 0
 
 
@@ -606,7 +597,5 @@ def _run_nugget_task(args, command: str) -> int:
     result = {"task": title, "command": command, "versions": run_versions(), **result}
     print(title)
     print(table)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1, default=str))
+    _write(args.out, result)
     return 0

@@ -507,14 +507,13 @@ class IndexWriter:
         """BM25 over the live documents of the manifest's shards, in directory `name`."""
         started = time.time()
 
-        def documents() -> Iterator[tuple[str, str]]:
+        def documents() -> Iterator[Document]:
             for s in self.manifest["shards"]:
                 store = ShardStore(self.out / s["name"])
                 dead = set(self._deleted(s).tolist())
                 for o in range(s["docs"]):
                     if o not in dead:
-                        doc = store.document(o)
-                        yield doc.id, lexical.document_text(doc.title if self.encoder.title else "", doc.text)
+                        yield store.document(o)
                 store.close()
 
         tmp, final = self.out / (name + ".tmp"), self.out / name
@@ -522,7 +521,7 @@ class IndexWriter:
         if not any(s["docs"] > s.get("deleted_docs", 0) for s in self.manifest["shards"]):  # nothing live: no collection to score
             self.manifest["lexical"] = None
             return
-        index = lexical.BM25.build(documents())
+        index = lexical.index_documents(documents(), self.encoder.title)
         index.save(tmp)
         files = {f.name: sha256_file(f) for f in sorted(tmp.iterdir())}
         tmp.rename(final)

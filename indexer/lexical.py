@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from propdex.encoders.units import Document
+
 BM25_DIR = "bm25"
 IDS = "doc_ids.json"
 # Lucene's EnglishAnalyzer stop set (ENGLISH_STOP_WORDS_SET), the one pyserini uses.
@@ -65,6 +67,12 @@ def analyze(text: str) -> list[str]:
 def document_text(title: str, text: str) -> str:
     """What BM25 reads of a document: its title, then its text."""
     return f"{title}\n{text}" if title else text
+
+
+def index_documents(docs: Iterable[Document], titles: bool = True) -> "BM25":
+    """BM25 over documents as an index builds it (and eval's `bm25` system):
+    each document's title, when its encoder reads titles, and its text."""
+    return BM25.build((d.id, document_text(d.title if titles else "", d.text)) for d in docs)
 
 
 class BM25:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import logging
 import os
 import sys
@@ -12,22 +13,33 @@ import lmdb
 
 from propdex.encoders import RUNTIMES
 from propdex.encoders.training import cli as training_cli
-from propdex.eval import bench, loadtest
-from propdex.eval import run as eval_run
 from propdex.indexer import cli as indexer_cli
 from propdex.retriever import cli as retriever_cli
 
+# The measuring commands live in propdex.eval, which nothing imports at
+# start-up: a command's module is loaded only when that command runs.
+MEASURING = {
+    "eval": ("propdex.eval.run", "measure systems side by side, or score a TREC run"),
+    "bench": ("propdex.eval.bench", "performance figures on real data"),
+    "loadtest": ("propdex.eval.loadtest", "drive a running `propdex serve` with concurrent searches and adds"),
+}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The command line; `argv` names the command whose measuring module, if
+    it has one, is loaded (the others are listed by name and help only)."""
     parser = argparse.ArgumentParser(prog="propdex", description="Multi-vector retrieval: index text, search it, measure it.")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     indexer_cli.add_commands(sub)
     indexer_cli.add_update_commands(sub)
     retriever_cli.add_commands(sub)
-    eval_run.add_commands(sub)
-    bench.add_commands(sub)
-    loadtest.add_commands(sub)
+    command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
+    for name, (module, help) in MEASURING.items():
+        if name == command:
+            importlib.import_module(module).add_commands(sub)
+        else:
+            sub.add_parser(name, help=help, add_help=False)
     add_serve_command(sub)
     training_cli.add_commands(sub)
     return parser
@@ -65,7 +77,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

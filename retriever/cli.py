@@ -3,20 +3,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
+
+from tqdm.auto import tqdm
 
 from propdex.encoders import RUNTIMES
 from propdex.indexer import integrity
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.settings import store_of
 
+from . import trec
+from .fusion import METHODS as FUSIONS
 from .searcher import LEVELS, Searcher
+from .settings import SearchSettings
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("search", help="search an index", description="Search an index and print ranked results.")
+    p = sub.add_parser("search", help="search an index", description="Search an index and print ranked results, or "
+                       "answer a topics file as a TREC run (--topics FILE --run OUT).")
     p.add_argument("index", type=Path, metavar="DIR")
-    p.add_argument("query", metavar="QUERY")
+    p.add_argument("query", metavar="QUERY", nargs="?", help="the query (or --topics)")
+    p.add_argument("--topics", type=Path, metavar="FILE", help="answer every query of a topics file: TSV 'qid<TAB>text', "
+                                                               "BEIR queries.jsonl or a HotpotQA JSON file")
+    p.add_argument("--run", dest="run_file", type=Path, metavar="OUT", help="with --topics: write the TREC run 'qid Q0 docno rank score tag' here")
+    p.add_argument("--tag", default="propdex", help="the run's tag column (default propdex)")
+    p.add_argument("--batch-size", type=int, default=32, help="queries searched at once with --topics (default 32)")
     p.add_argument("-k", type=int, default=10, help="number of results (default 10)")
     p.add_argument("--level", default="doc", choices=LEVELS)
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -29,6 +41,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--hybrid", action="store_true", help="fuse the dense ranking with the index's BM25 (reciprocal rank fusion)")
     mode.add_argument("--bm25", action="store_true", help="answer from the index's BM25 alone (document level)")
+    p.add_argument("--fusion", default="rrf", choices=FUSIONS,
+                   help="how --hybrid fuses: rrf (reciprocal rank fusion, default) or minmax (sums of min-max normalised scores)")
     p.add_argument("--hops", type=int, default=1, choices=(1, 2),
                    help="2: ask BM25 again with the question and the best document, for multi-hop questions (document level)")
     p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE", type=where_clause,
@@ -50,16 +64,29 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_verify)
 
 
+def search_options(args: argparse.Namespace) -> dict:
+    """The SearchSettings the flags name."""
+    return {"k": args.k, "level": args.level, "candidates": args.candidates, "rerank": args.rerank, "hybrid": args.hybrid,
+            "bm25": args.bm25, "fusion": args.fusion, "hops": args.hops, "window": args.window, "where": dict(args.where) or None}
+
+
 def run_search(args: argparse.Namespace) -> int:
+    if (args.query is None) == (args.topics is None):
+        raise ValueError("give a QUERY or --topics FILE (with --run OUT)")
+    if args.topics is not None:
+        return run_topics(args)
+    if args.run_file is not None:
+        raise ValueError("--run writes the answers to --topics")
     if not args.query.strip():
         raise ValueError("empty query")
     try:
         args.query.encode("utf-8")
     except UnicodeEncodeError:  # argv bytes that are not UTF-8 arrive as lone surrogates
         raise ValueError("the query is not valid UTF-8") from None
+    options = search_options(args)
+    SearchSettings.of(**options)  # a bad option fails before the model loads
     with Searcher.load(args.index, device=args.device, nprobe=args.nprobe, threads=args.threads, runtime=args.runtime) as searcher:
-        hits = searcher.search(args.query, k=args.k, level=args.level, candidates=args.candidates, rerank=args.rerank,
-                               hybrid=args.hybrid, bm25=args.bm25, hops=args.hops, window=args.window, where=dict(args.where) or None)
+        hits = searcher.search(args.query, **options)
     if args.json:
         print(json.dumps({"query": args.query, "results": [h.to_json() for h in hits]}, ensure_ascii=False, indent=1))
         return 0
@@ -71,6 +98,35 @@ def run_search(args: argparse.Namespace) -> int:
         print(f"     {printable(highlight(h.sentence_text, h.spans))}")
     if not hits:
         print("no results")
+    return 0
+
+
+def run_topics(args: argparse.Namespace) -> int:
+    """Every query of the topics file, searched in batches, written as a TREC run."""
+    if args.run_file is None:
+        raise ValueError("--topics needs --run OUT, the file the TREC run is written to")
+    if args.level == "unit":
+        raise ValueError("a TREC run names documents or sentences: use --level doc or sentence")
+    if args.batch_size < 1:
+        raise ValueError("--batch-size must be at least 1")
+    options = search_options(args)
+    settings = SearchSettings.of(**options)
+    topics = trec.read_topics(args.topics)
+    sentence = settings.level == "sentence"
+    started, found = time.perf_counter(), 0
+    args.run_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.run_file.with_name(args.run_file.name + ".tmp")
+    with Searcher.load(args.index, device=args.device, nprobe=args.nprobe, threads=args.threads, runtime=args.runtime) as searcher, \
+            open(tmp, "w", encoding="utf-8") as out, tqdm(total=len(topics), unit="query", desc="search") as bar:
+        for at in range(0, len(topics), args.batch_size):
+            batch = topics[at:at + args.batch_size]
+            for (qid, _), hits in zip(batch, searcher.search_batch([text for _, text in batch], **options)):
+                trec.write_run(out, qid, [(h.doc_id, h.sentence_index if sentence else None, h.score) for h in hits], args.tag)
+                found += len(hits)
+            bar.update(len(batch))
+    tmp.replace(args.run_file)  # a run is whole or absent
+    elapsed = time.perf_counter() - started
+    print(f"{len(topics)} queries, {found} results, written to {args.run_file} in {elapsed:.1f}s ({1000 * elapsed / max(len(topics), 1):.1f} ms a query)")
     return 0
 
 

@@ -1,8 +1,8 @@
 """Fusion of ranked lists from different systems (dense, BM25, ...).
 
-Pure functions over rankings, shared by `Searcher.search(..., hybrid=True)`
-and by eval's `A+B` system specs, so the library and its scoreboard fuse the
-same way.
+Pure functions over rankings, used by `Searcher.search(..., hybrid=True)`
+(through `retriever.hybrid`), which `propdex eval` runs for its `A+bm25`
+systems: the library and its scoreboard fuse the same way.
 
 - `rrf`: reciprocal rank fusion (Cormack et al. 2009), score(d) = sum over
   lists of 1 / (k + rank), rank from 1, k = 60. Needs no score calibration,
@@ -43,14 +43,28 @@ def minmax(runs: Sequence[Sequence[tuple[Hashable, float]]], weights: Sequence[f
     weights = weights or [1.0] * len(runs)
     scores: dict[Hashable, float] = {}
     for run, w in zip(runs, weights):
+        for item, s in contributions(run, "minmax").items():
+            scores[item] = scores.get(item, 0.0) + w * s
+    return sorted(scores.items(), key=lambda kv: -kv[1])
+
+
+def contributions(run: Sequence[tuple[Hashable, float]], method: str = "rrf") -> dict[Hashable, float]:
+    """What each item of one run of (item, score), best first, adds to its
+    fused score: 1 / (RRF_K + rank) under rrf, its score mapped to [0, 1] by
+    the run's min and max under minmax (1 where all scores are equal)."""
+    if method == "rrf":
+        out: dict[Hashable, float] = {}
+        for rank, (item, _) in enumerate(run, start=1):
+            out.setdefault(item, 1 / (RRF_K + rank))
+        return out
+    if method == "minmax":
         if not run:
-            continue
+            return {}
         values = [s for _, s in run]
         lo, hi = min(values), max(values)
         span = hi - lo
-        for item, s in run:
-            scores[item] = scores.get(item, 0.0) + w * ((s - lo) / span if span > 0 else 1.0)
-    return sorted(scores.items(), key=lambda kv: -kv[1])
+        return {item: (s - lo) / span if span > 0 else 1.0 for item, s in run}
+    raise ValueError(f"unknown fusion {method!r}; choose from {', '.join(METHODS)}")
 
 
 def fuse(runs: Sequence[Sequence[tuple[Hashable, float]]], method: str = "rrf") -> list[tuple[Hashable, float]]:

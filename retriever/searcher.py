@@ -35,6 +35,7 @@ from propdex.indexer.manifest import read_manifest
 from propdex.indexer.store import ShardStore, read_deleted
 
 from . import fusion, scoring
+from .hybrid import FUSION_DEPTH, Lexical, fuse_with_lexical, hop_order
 from .settings import LEVELS, Level, SearchSettings  # noqa: F401 (LEVELS: re-exported)
 
 if TYPE_CHECKING:
@@ -42,8 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Hybrid search fuses the dense and the BM25 ranking of this many documents each.
-FUSION_DEPTH = 100
 # A filter that leaves at most this many vectors is answered by re-scoring all of them.
 EXACT_FILTERED_VECTORS = 50_000
 Where = Mapping[str, Any]
@@ -134,6 +133,11 @@ class Searcher:
         if self._bm25 is None:
             raise ValueError(f"{self.path} has no BM25 index (built with --no-bm25, or before propdex had one); rebuild it to search with BM25")
         return self._bm25
+
+    @property
+    def lexical_search(self) -> Lexical:
+        """The index's BM25 as a retriever of the documents this reader holds."""
+        return Lexical(self.bm25, self.document, lambda doc_id: self._key(doc_id) is not None)
 
     @classmethod
     def load(
@@ -312,23 +316,23 @@ class Searcher:
             if not st.hybrid:
                 results.append(self._hits(cands, self._rows(cands, k, level), level))
                 continue
-            lexical_ranking = [d for d, _ in self.bm25.search(_text(queries[qi]), depth, exclude=skip, mask=self._bm25_mask(allowed, where))]
+            lexical_run = self.bm25.search(_text(queries[qi]), depth, exclude=skip, mask=self._bm25_mask(allowed, where))
+            lexical_ranking = [d for d, _ in lexical_run]
             if level != "doc":
                 # Sentences of BM25's best documents must be there to be fused.
                 have = {self._doc_id(c) for c in cands}
                 missing = [d for d in lexical_ranking[:k] if d not in have]
                 if missing:
                     cands += self._stage2(e.vectors, self._locate(missing, allowed), len(missing), skip, window=window)
-            results.append(self._fused(cands, self._rows(cands, depth, level), lexical_ranking, e.vectors, k, level, skip, window))
+            results.append(self._fused(cands, self._rows(cands, depth, level), lexical_run, e.vectors, st, skip, window))
         return results
 
-    def _fused(self, cands: list["_Candidate"], rows: list[tuple[float, int, int]], lexical_ranking: list[str], q: np.ndarray,
-               k: int, level: Level, skip: set[str], window: int | None = None) -> list[Hit]:
-        """RRF of the dense rows and the BM25 document ranking; the hits of the best k."""
+    def _fused(self, cands: list["_Candidate"], rows: list[tuple[float, int, int]], lexical_run: list[tuple[str, float]],
+               q: np.ndarray, st: SearchSettings, skip: set[str], window: int | None = None) -> list[Hit]:
+        """The dense rows fused with BM25's document run (hybrid.fuse_with_lexical); the hits of the best k."""
         doc_of = [self._doc_id(c) for c in cands]
-        lexical_rank = {d: r for r, d in enumerate(lexical_ranking, start=1)}
-        if level == "doc":
-            fused = fusion.rrf([[doc_of[ci] for _, ci, _ in rows], lexical_ranking])[:k]
+        if st.level == "doc":
+            fused = fuse_with_lexical([(doc_of[ci], score) for score, ci, _ in rows], lexical_run, None, st.fusion)[:st.k]
             by_doc = {doc_of[ci]: (ci, j) for _, ci, j in rows}
             missing = [d for d, _ in fused if d not in by_doc]
             if missing:  # BM25's finds the dense side never scored: score them now, for their sentence
@@ -338,10 +342,9 @@ class Searcher:
                     by_doc[self._doc_id(c)] = (len(cands) - 1, 0)
             chosen = [(score, *by_doc[d]) for d, score in fused if d in by_doc]
         else:
-            scored = [(1 / (fusion.RRF_K + r) + (1 / (fusion.RRF_K + lexical_rank[doc_of[ci]]) if doc_of[ci] in lexical_rank else 0.0), ci, j)
-                      for r, (_, ci, j) in enumerate(rows, start=1)]
-            chosen = sorted(scored, key=lambda t: -t[0])[:k]
-        return self._hits(cands, chosen, level)
+            fused = fuse_with_lexical([((ci, j), score) for score, ci, j in rows], lexical_run, lambda key: doc_of[key[0]], st.fusion)
+            chosen = [(score, ci, j) for (ci, j), score in fused[:st.k]]
+        return self._hits(cands, chosen, st.level)
 
     def _lexical_hits(self, query: str, k: int, skip: set[str], allowed: list[np.ndarray | None], where: Where | None) -> list[Hit]:
         terms = set(lexical.analyze(query))
@@ -350,9 +353,7 @@ class Searcher:
 
     def _lexical_ranking(self, query: str, k: int, skip: set[str], allowed: list[np.ndarray | None],
                          where: Where | None) -> list[tuple[str, float]]:
-        # An incomplete index may lack a document BM25 holds.
-        return [(d, s) for d, s in self.bm25.search(query, k, exclude=skip, mask=self._bm25_mask(allowed, where))
-                if self._key(d) is not None]
+        return self.lexical_search.ranking(query, k, skip, self._bm25_mask(allowed, where))
 
     def _bm25_hit(self, rank: int, doc_id: str, score: float, terms: set[str]) -> Hit:
         key = self._key(doc_id)
@@ -372,22 +373,22 @@ class Searcher:
                     allowed: list[np.ndarray | None]) -> list[Hit]:
         if not hits:
             return hits
-        seed = self.document(hits[0].doc_id)
-        assert seed is not None  # a hit comes from a shard
-        expanded = fusion.hop_query(_text(query), seed.text)
-        second = dict(self._lexical_ranking(expanded, st.k + 1, skip | {seed.id}, allowed, st.where))
+        seed = hits[0].doc_id
+        second = dict(self.lexical_search.hop(_text(query), seed, st.k + 1, skip, self._bm25_mask(allowed, st.where)))
         if st.level == "sentence":
             # A hop document offers its best sentence for the question, in BM25's order, and keeps its BM25 score.
             offered = {(h.doc_id, h.sentence_index): replace(h, score=second[h.doc_id], hop=2)
                        for h in self.best_sentences(query, list(second), skip=skip, window=st.window)}
             first = {(h.doc_id, h.sentence_index): h for h in hits}
             return [replace(first.get(key) or offered[key], rank=rank)
-                    for rank, key in enumerate(fusion.interleave(list(first), list(offered))[:st.k], start=1)]
+                    for rank, key in enumerate(hop_order(list(first), list(offered), st.k), start=1)]
         first = {h.doc_id: h for h in hits}
-        terms = set(lexical.analyze(expanded))
+        seed_doc = self.document(seed)
+        assert seed_doc is not None  # a hit comes from a shard
+        terms = set(lexical.analyze(fusion.hop_query(_text(query), seed_doc.text)))
         # Hits are built only for the second hop's documents that get a place.
         return [replace(first[d], rank=rank, hop=1) if d in first else replace(self._bm25_hit(rank, d, second[d], terms), hop=2)
-                for rank, d in enumerate(fusion.interleave(list(first), list(second))[:st.k], start=1)]
+                for rank, d in enumerate(hop_order(list(first), list(second), st.k), start=1)]
 
     def best_sentences(self, query: str | Document, doc_ids: Sequence[str], *, skip: set[str] = frozenset(),
                        window: int | None = None) -> list[Hit]:

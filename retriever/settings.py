@@ -15,6 +15,8 @@ from typing import Any, Literal
 from propdex.encoders.spec import convert
 from propdex.indexer.store import metadata_values
 
+from .fusion import METHODS as FUSIONS
+
 Level = Literal["doc", "sentence", "unit"]
 LEVELS = ("doc", "sentence", "unit")
 
@@ -26,7 +28,8 @@ class SearchSettings:
     nprobe: int | None = None  # IVF lists probed per query vector (None: the searcher's default)
     candidates: int | None = None  # ANN hits per query vector and shard
     rerank: int | None = None  # stage 1's best documents re-scored exactly and ranked first (up to 2k are re-scored)
-    hybrid: bool = False  # fuse with the index's BM25 (reciprocal rank fusion)
+    hybrid: bool = False  # fuse with the index's BM25
+    fusion: str = "rrf"  # how hybrid fuses: rrf (reciprocal rank fusion) or minmax (normalised score sums)
     bm25: bool = False  # BM25 alone
     hops: int = 1  # 2: a second BM25 hop for multi-hop questions
     # A document scores as its best window of consecutive sentences of at
@@ -51,6 +54,8 @@ class SearchSettings:
             raise ValueError(f"hops must be 1 or 2, got {self.hops}")
         if self.hops == 2 and self.level == "unit":
             raise ValueError("hops=2 ranks documents or sentences: use level='doc' or 'sentence'")
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"unknown fusion {self.fusion!r}; choose from {', '.join(FUSIONS)}")
         if self.hybrid and self.bm25:
             raise ValueError("choose hybrid or bm25, not both")
         if self.bm25 and self.level != "doc":

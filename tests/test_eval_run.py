@@ -100,27 +100,27 @@ def test_malformed_spec_names_itself_and_the_grammar():
     assert not System.parse("tokens:title=0").titles() and System.parse("tokens").titles()
 
 
-def test_fused_systems_reuse_their_parts_and_fuse_by_rrf():
+def test_a_fusion_is_a_hybrid_search_and_other_fusions_are_refused(tmp_path):
     from propdex.retriever import fusion
 
-    result = evaluate("beir", str(DATA / "beir" / "scifact"), ["bm25", "bm25:title=0", "bm25+bm25:title=0",
-                                                                "bm25+bm25:title=0:fusion=minmax"], limit=30)
+    result = evaluate("hotpotqa", str(HOTPOT), ["single", "single+bm25", "single+bm25:fusion=minmax"], limit=4, work=tmp_path)
     systems = result["systems"]
-    assert systems["bm25+bm25:title=0"]["fusion"] == "rrf" and systems["bm25+bm25:title=0:fusion=minmax"]["fusion"] == "minmax"
-    for name in ("bm25+bm25:title=0", "bm25+bm25:title=0:fusion=minmax"):
-        fused = systems[name]
-        assert 0 < fused["metrics"]["nDCG@10"] <= 1
-        # A fusion's latency holds both parts'.
-        assert fused["latency_ms_p50"] >= min(systems["bm25"]["latency_ms_p50"], systems["bm25:title=0"]["latency_ms_p50"])
-    # Titles are read by default: the two BM25 rankings differ.
-    assert systems["bm25"]["metrics"] != systems["bm25:title=0"]["metrics"]
+    assert systems["single+bm25"]["fusion"] == "rrf" and systems["single+bm25:fusion=minmax"]["fusion"] == "minmax"
+    assert "fusion" not in systems["single"]
+    # One index serves all three: fusion is a search setting.
+    assert len({s["index_dir"] for s in systems.values()}) == 1
+    for name in ("single+bm25", "single+bm25:fusion=minmax"):
+        assert 0 < systems[name]["metrics"]["Recall@10"] <= 1
     assert fusion.rrf([["x"], ["x"]])[0][1] == pytest.approx(2 / 61)
+    for spec in ("bm25+bm25:title=0", "single+tokens", "single+tokens+bm25", "bm25+single", "single+bm25:title=0"):
+        with pytest.raises(ValueError, match="search --hybrid"):
+            evaluate("hotpotqa", str(HOTPOT), [spec], limit=2, work=tmp_path)
 
 
 def test_second_hop_spec_adds_documents_the_question_does_not_name():
-    result = evaluate("hotpotqa", str(HOTPOT), ["bm25", "bm25:hops=2", "bm25:title=0+bm25:hops=2"], limit=40)
+    result = evaluate("hotpotqa", str(HOTPOT), ["bm25", "bm25:hops=2"], limit=40)
     one, two = result["systems"]["bm25"], result["systems"]["bm25:hops=2"]
-    assert two["hops"] == 2 and "hops" not in one and result["systems"]["bm25:title=0+bm25:hops=2"]["hops"] == 2
+    assert two["hops"] == 2 and "hops" not in one
     # Places 1-4 are the first hop's, so AllGold@2 cannot change; on these
     # questions the second hop completes pairs the first missed.
     assert two["metrics"]["AllGold@2"] == one["metrics"]["AllGold@2"]
@@ -132,14 +132,14 @@ def test_second_hop_spec_adds_documents_the_question_does_not_name():
 
 
 def test_second_hop_at_sentence_level_offers_each_hop_documents_best_sentence(tmp_path):
-    result = evaluate("hotpotqa", str(HOTPOT), ["single", "single:hops=2"], level="sentence", limit=40, work=tmp_path)
+    result = evaluate("hotpotqa", str(HOTPOT), ["single", "single:hops=2", "single+bm25:hops=2"], level="sentence", limit=40, work=tmp_path)
     one, two = result["systems"]["single"], result["systems"]["single:hops=2"]
     assert two["hops"] == 2 and "hops" not in one and two["index_dir"] == one["index_dir"]
     assert two["metrics"]["Recall@2"] == one["metrics"]["Recall@2"]  # places 1-4 are the first hop's
     assert two["metrics"]["Recall@10"] > one["metrics"]["Recall@10"]
-    for spec in ("bm25:hops=2", "single+bm25:hops=2"):
-        with pytest.raises(ValueError, match="one dense system"):
-            evaluate("hotpotqa", str(HOTPOT), [spec], level="sentence", limit=5, work=tmp_path)
+    assert result["systems"]["single+bm25:hops=2"]["hops"] == 2  # the search fuses and hops at sentence level too
+    with pytest.raises(ValueError, match="BM25 alone ranks documents"):
+        evaluate("hotpotqa", str(HOTPOT), ["bm25:hops=2"], level="sentence", limit=5, work=tmp_path)
 
 
 def test_cached_index_whose_spec_changed_meaning_is_neither_reused_nor_in_the_way(tmp_path, tiny, hotpot_docs):
