@@ -126,16 +126,3 @@ def test_bm25_ties_follow_insertion_order():
     hits = index.search("alpha", 5)
     assert [i for i, _ in hits] == ["d0", "d1", "d2", "d3", "d4"]
     assert len({s for _, s in hits}) == 1 and hits[0][1] > 0
-
-
-def test_sentence_misses_split_each_lost_gold_sentence_by_whether_its_document_was_found():
-    from propdex.eval.sentence_misses import miss_split
-
-    gold = {"q": {("A", 0), ("A", 3), ("B", 1), ("C", 2)}}
-    sentences = {"q": [("A", 0), ("D", 5), ("A", 1)]}
-    documents = {"q": ["A", "D", "C", "B"]}
-    # ("A", 0) is found; ("A", 3) lost inside a found document; ("C", 2) too at k=3;
-    # ("B", 1)'s document is ranked 4th, outside k=3.
-    assert miss_split(sentences, documents, gold, k=3) == {"found": 1, "document_missed": 1, "sentence_missed": 2}
-    assert miss_split(sentences, documents, gold, k=1) == {"found": 1, "document_missed": 2, "sentence_missed": 1}
-    assert miss_split({}, {}, gold, k=10) == {"found": 0, "document_missed": 4, "sentence_missed": 0}
