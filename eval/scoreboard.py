@@ -1,0 +1,216 @@
+"""eval/RESULTS.md, the scoreboard: rendered from the JSON files `propdex eval` writes.
+
+    python -m propdex.eval.scoreboard                      # rewrite eval/RESULTS.md from eval/results/scoreboard/
+    python -m propdex.eval.scoreboard agree RESULT.json --topics FILE --qrels FILE [--level doc|sentence]
+
+Every figure in the file comes from a JSON file it names, which records the
+command that wrote it, the commit and the library versions. `agree` checks
+that what `propdex eval` reports is what a user gets: for `bm25`,
+`tokens+bm25` and `tokens+bm25:hops=2` it writes a TREC run with `propdex
+search --topics` on the eval's own `tokens` index, scores it with `propdex
+eval run`, and records both figures side by side.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "eval" / "results" / "scoreboard"
+# The datasets, in the order the scoreboard shows them: (file, heading, metric columns).
+TABLES = (
+    ("scifact.json", "SciFact (BEIR test, 300 claims, 5,183 abstracts)", ("nDCG@10", "Recall@100", "MRR@10")),
+    ("hotpotqa.json", "HotpotQA-600, documents (600 dev distractor questions over their 5,900 paragraphs)",
+     ("Recall@2", "Recall@10", "Recall@20", "AllGold@2", "AllGold@10", "AllGold@20")),
+    ("hotpotqa_sentence.json", "HotpotQA-600, sentences (gold: the supporting facts)",
+     ("Recall@2", "Recall@10", "Recall@20", "AllGold@2", "AllGold@10", "AllGold@20")),
+    ("propsegment.json", "PropSegment (dev, atomic facts: propositions entailing the query)", ("P@1", "R@5", "R@10", "R@20")),
+)
+AGREEMENT = ("agree_scifact.json", "agree_hotpotqa.json")
+AGREED_SYSTEMS = {"bm25": ["--bm25"], "tokens+bm25": ["--hybrid"], "tokens+bm25:hops=2": ["--hybrid", "--hops", "2"]}
+GRAINS = ("single", "tokens", "nugget", "proposition", "proposition:beside=1", "crossthought")
+HEADLINE = ("bm25", "single", "tokens", "nugget", "proposition", "crossthought", "tokens+bm25", "tokens+bm25:hops=2")
+
+
+def load(name: str, folder: Path = RESULTS) -> dict[str, Any] | None:
+    path = folder / name
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _f(value: float | None, digits: int = 2, scale: float = 1.0) -> str:
+    return "–" if value is None else f"{scale * value:.{digits}f}"
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def provenance(result: dict[str, Any], name: str) -> list[str]:
+    v = result["versions"]
+    return [f"`eval/results/scoreboard/{name}`, commit {v.get('git')}, torch {v.get('torch')}, faiss "
+            f"{v.get('faiss-cpu', v.get('faiss-gpu'))}:", "", "```bash", result["command"], "```", ""]
+
+
+def table(result: dict[str, Any], metrics: Sequence[str]) -> list[str]:
+    head = ["system", *metrics, "vec/doc", "B/vec all in", "encode s", "p50 ms"]
+    lines = [_row(head), "|" + "---|" * len(head)]
+    for name, s in result["systems"].items():
+        encode = "–" if s.get("encode_s") is None else ("shared" if s.get("encode_shared") else _f(s["encode_s"], 0))
+        lines.append(_row([name, *(_f(s["metrics"].get(m), 2, 100) for m in metrics), _f(s.get("vectors_per_doc"), 1),
+                           _f(s.get("all_in_bytes_per_vector"), 0), encode, _f(s["latency_ms_p50"], 1)]))
+    return lines
+
+
+def headline(folder: Path = RESULTS) -> list[str]:
+    """One row a system: the figure each dataset is known by, and its cost on SciFact."""
+    scifact, hotpot, sentence = (load(n, folder) for n in ("scifact.json", "hotpotqa.json", "hotpotqa_sentence.json"))
+    head = ["system", "SciFact nDCG@10", "HotpotQA R@10", "HotpotQA AllGold@10", "HotpotQA sentence R@10",
+            "vec/doc (SciFact)", "B/vec all in", "p50 ms (SciFact)"]
+    lines = [_row(head), "|" + "---|" * len(head)]
+
+    def get(result: dict[str, Any] | None, system: str, key: str, metric: bool = True) -> float | None:
+        s = (result or {}).get("systems", {}).get(system)
+        if s is None:
+            return None
+        return s["metrics"].get(key) if metric else s.get(key)
+
+    for system in HEADLINE:
+        lines.append(_row([f"`{system}`", _f(get(scifact, system, "nDCG@10"), 2, 100), _f(get(hotpot, system, "Recall@10"), 2, 100),
+                           _f(get(hotpot, system, "AllGold@10"), 2, 100), _f(get(sentence, system, "Recall@10"), 2, 100),
+                           _f(get(scifact, system, "vectors_per_doc", False), 1), _f(get(scifact, system, "all_in_bytes_per_vector", False), 0),
+                           _f(get(scifact, system, "latency_ms_p50", False), 1)]))
+    return lines
+
+
+def grains(folder: Path = RESULTS) -> list[str]:
+    """What each grain costs and buys, against `single` in the same runs."""
+    scifact, hotpot, sentence = (load(n, folder) for n in ("scifact.json", "hotpotqa.json", "hotpotqa_sentence.json"))
+    if not (scifact and hotpot and sentence):
+        return []
+    lines = []
+    base = {"s": scifact["systems"]["single"], "h": hotpot["systems"]["single"], "t": sentence["systems"]["single"]}
+    for grain in GRAINS:
+        s, h, t = scifact["systems"].get(grain), hotpot["systems"].get(grain), sentence["systems"].get(grain)
+        fs, fh = scifact["systems"].get(f"{grain}+bm25"), hotpot["systems"].get(f"{grain}+bm25:hops=2")
+        if not (s and h and t):
+            continue
+        per_doc = s["vectors_per_doc"] * s["all_in_bytes_per_vector"]
+        cost = (f"{s['vectors_per_doc']:.1f} vectors and {per_doc / 1024:.1f} KiB a SciFact abstract, "
+                f"{s['latency_ms_p50']:.0f} ms p50 a query")
+        if grain == "single":
+            buys = (f"nDCG@10 {100 * s['metrics']['nDCG@10']:.2f} on SciFact, Recall@10 {100 * h['metrics']['Recall@10']:.2f} "
+                    f"on HotpotQA documents and {100 * t['metrics']['Recall@10']:.2f} on its sentences")
+        else:
+            buys = (f"against `single`, nDCG@10 {100 * (s['metrics']['nDCG@10'] - base['s']['metrics']['nDCG@10']):+.2f} on SciFact, "
+                    f"Recall@10 {100 * (h['metrics']['Recall@10'] - base['h']['metrics']['Recall@10']):+.2f} on HotpotQA documents and "
+                    f"{100 * (t['metrics']['Recall@10'] - base['t']['metrics']['Recall@10']):+.2f} on its sentences")
+        fused = ""
+        if fs and fh:
+            fused = (f"; fused with BM25, {100 * fs['metrics']['nDCG@10']:.2f} nDCG@10 on SciFact, and with the second hop "
+                     f"{100 * fh['metrics']['AllGold@10']:.2f} AllGold@10 on HotpotQA")
+        lines.append(f"- `{grain}`: {cost}; {buys}{fused}.")
+    return lines
+
+
+def agreement(folder: Path = RESULTS) -> list[str]:
+    lines = []
+    for name in AGREEMENT:
+        result = load(name, folder)
+        if result is None:
+            continue
+        lines += [f"`eval/results/scoreboard/{name}` ({result['task']}, commit {result['versions'].get('git')}):", ""]
+        metrics = list(next(iter(result["systems"].values()))["eval"])
+        head = ["system", *(f"{m} eval / run" for m in metrics)]
+        lines += [_row(head), "|" + "---|" * len(head)]
+        for system, s in result["systems"].items():
+            lines.append(_row([system, *(f"{100 * s['eval'][m]:.2f} / {100 * s['run'][m]:.2f}" for m in metrics)]))
+        lines += ["", "```bash", *(s["search_command"] for s in result["systems"].values()), "```", ""]
+    return lines
+
+
+def render(folder: Path = RESULTS) -> str:
+    out = [
+        "# Scoreboard",
+        "",
+        "Every figure here comes from the JSON file named above its table, written by the command shown beside it, at the",
+        "commit it records, at the defaults of that commit, on 2 CPU cores with no GPU (titles on, the default `codes`",
+        "store, documents scored by their best passage-sized window). Each system runs through the shipped search:",
+        "`A+bm25` is `propdex search --hybrid`, `:hops=2` is `--hops 2`. Latency is one query at a time, the query",
+        "encoder included. `encode s` is the corpus's encoding time; `shared` marks a system whose backbone pass an",
+        "earlier system of the same run made. `python -m propdex.eval.scoreboard` rewrites this file from those files.",
+        "Lab history and older measurements (GPU, PLAID, scale) are in [notebook/](notebook/README.md).",
+        "",
+        "## Headline",
+        "",
+        *headline(folder),
+        "",
+        "## What each grain costs and buys",
+        "",
+        *grains(folder),
+        "",
+    ]
+    for name, heading, metrics in TABLES:
+        result = load(name, folder)
+        if result is None:
+            continue
+        out += [f"## {heading}", "", *provenance(result, name), *table(result, metrics), ""]
+    if agree := agreement(folder):
+        out += ["## Eval measures the search a user runs", "",
+                "The same systems scored twice: by `propdex eval`, and from the TREC run `propdex search --topics` writes on",
+                "the eval's own index, scored by `propdex eval run`.", "", *agree]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def agree(result_path: Path, topics: Path, qrels: Path, level: str, out: Path) -> dict[str, Any]:
+    """Search runs for AGREED_SYSTEMS on the eval's `tokens` index, scored by `eval run`, beside eval's figures."""
+    from propdex.cli import main
+
+    from .run import run_versions
+
+    result = json.loads(result_path.read_text())
+    index = result["systems"]["tokens"]["index_dir"]
+    systems = {}
+    for system, flags in AGREED_SYSTEMS.items():
+        run = out.parent / f"{out.stem}.{system.replace(':', '_').replace('+', '_')}.run"
+        scored = run.with_suffix(".json")
+        search = ["search", index, "--topics", str(topics), "--run", str(run), "-k", "100", "--level", level, *flags]
+        if main(["-q", *search]) or main(["-q", "eval", "run", str(run), "--qrels", str(qrels), "--out", str(scored)]):
+            raise SystemExit(f"agree: {system} failed")
+        systems[system] = {"eval": result["systems"][system]["metrics"], "run": json.loads(scored.read_text())["metrics"],
+                           "search_command": "propdex " + " ".join(map(shlex.quote, search))
+                                             + f" && propdex eval run {shlex.quote(str(run))} --qrels {shlex.quote(str(qrels))}"}
+        run.unlink()
+        scored.unlink()
+    record = {"task": result["task"], "level": level, "command": "python -m propdex.eval.scoreboard " + " ".join(map(shlex.quote, sys.argv[1:])),
+              "versions": run_versions(), "eval_file": str(result_path), "systems": systems}
+    out.write_text(json.dumps(record, indent=1))
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m propdex.eval.scoreboard", description=__doc__.split("\n\n")[0])
+    p.add_argument("action", nargs="?", default="render", choices=("render", "agree"))
+    p.add_argument("result", nargs="?", type=Path, help="agree: an eval JSON file whose systems include tokens")
+    p.add_argument("--topics", type=Path)
+    p.add_argument("--qrels", type=Path)
+    p.add_argument("--level", default="doc", choices=("doc", "sentence"))
+    p.add_argument("--out", type=Path, help="render: default eval/RESULTS.md; agree: the JSON written")
+    args = p.parse_args(argv)
+    if args.action == "agree":
+        if not (args.result and args.topics and args.qrels and args.out):
+            p.error("agree needs RESULT, --topics, --qrels and --out")
+        agree(args.result, args.topics, args.qrels, args.level, args.out)
+        return 0
+    target = args.out or ROOT / "eval" / "RESULTS.md"
+    target.write_text(render())
+    print(f"{target}: {len(target.read_text().splitlines())} lines")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
