@@ -1,6 +1,6 @@
 """eval/RESULTS.md, the scoreboard: rendered from the JSON files `propdex eval` writes.
 
-    python -m propdex.eval.scoreboard                      # rewrite eval/RESULTS.md from eval/results/scoreboard/
+    python -m propdex.eval.scoreboard                      # rewrite eval/RESULTS.md (and README's headline) from eval/results/scoreboard/
     python -m propdex.eval.scoreboard agree RESULT.json --topics FILE --qrels FILE [--level doc|sentence]
 
 Every figure in the file comes from a JSON file it names, which records the
@@ -133,6 +133,15 @@ def agreement(folder: Path = RESULTS) -> list[str]:
     return lines
 
 
+def readme_with_headline(readme: str, folder: Path = RESULTS) -> str:
+    """The README with the scoreboard's headline table between its markers."""
+    start, end = "<!-- headline:start -->\n", "<!-- headline:end -->"
+    if start not in readme or end not in readme:
+        raise ValueError("README.md has no headline markers")
+    a, b = readme.index(start) + len(start), readme.index(end)
+    return readme[:a] + "\n".join(headline(folder)) + "\n" + readme[b:]
+
+
 def render(folder: Path = RESULTS) -> str:
     out = [
         "# Scoreboard",
@@ -209,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     target = args.out or ROOT / "eval" / "RESULTS.md"
     target.write_text(render())
     print(f"{target}: {len(target.read_text().splitlines())} lines")
+    if args.out is None:
+        readme = ROOT / "README.md"
+        readme.write_text(readme_with_headline(readme.read_text()))
+        print(f"{readme}: headline table rewritten")
     return 0
 
 

@@ -1,6 +1,6 @@
 """`propdex serve`: an index behind HTTP (FastAPI + uvicorn, the `[serve]` extra).
 
-    GET    /v1/search?q=...&k=10&level=doc     one query (hybrid, bm25, hops, nprobe, window too)
+    GET    /v1/search?q=...&k=10&level=doc     one query (hybrid, fusion, bm25, hops, nprobe, window too)
     POST   /v1/search                          {"queries": [...], "k", "level", "where", "hybrid", ...}
     GET    /v1/docs/{id}                       the stored document
     POST   /v1/docs                            {"documents": [...], "update": false}: add (or update)
@@ -43,6 +43,7 @@ class SearchRequest(BaseModel):
     level: str = "doc"
     where: dict[str, Any] | None = None
     hybrid: bool = False
+    fusion: str = "rrf"
     bm25: bool = False
     hops: int = 1
     nprobe: int | None = None
@@ -112,9 +113,10 @@ def create_app(index: Index, token: str | None = None) -> FastAPI:
 
     @app.get("/v1/search")
     def search_one(q: str = Query(..., description="the query"), k: int = Query(10, ge=1, le=MAX_K), level: str = "doc",
-                   hybrid: bool = False, bm25: bool = False, hops: int = 1, nprobe: int | None = None,
+                   hybrid: bool = False, fusion: str = "rrf", bm25: bool = False, hops: int = 1, nprobe: int | None = None,
                    window: int | None = None) -> dict[str, Any]:
-        hits = _search(index, [q], k=k, level=level, hybrid=hybrid, bm25=bm25, hops=hops, nprobe=nprobe, window=window)[0]
+        hits = _search(index, [q], k=k, level=level, hybrid=hybrid, fusion=fusion, bm25=bm25, hops=hops, nprobe=nprobe,
+                       window=window)[0]
         return {"query": q, "results": hits}
 
     @app.post("/v1/search")
