@@ -264,9 +264,9 @@ def _run(args) -> int:
     if "runtimes" in sections:
         result["runtimes"] = runtimes(args.corpus, args.runtime_docs, [r for r in args.runtimes.split(",") if r], args.runtime_repeats)
     if "scale" in sections:
-        sizes = [int(n) for n in args.scale_sizes.split(",") if n]
+        points = [int(n) for n in args.scale_sizes.split(",") if n]
         texts = [q.text for q in load_hotpotqa(args.scale_queries, limit=args.queries).queries]
-        curve = scale.scale_curve(args.scale_corpus, sizes, [e for e in args.scale_encoders.split(",") if e], texts,
+        curve = scale.scale_curve(args.scale_corpus, points, [e for e in args.scale_encoders.split(",") if e], texts,
                                   args.work / "scale", args.threads or 1)
         result["scale"] = curve | {"projected": scale.project(curve["points"], args.project)}
         if args.out:
