@@ -66,6 +66,7 @@ class Task:
     prop_text: dict[str, str] = field(default_factory=dict)
     units: dict[str, tuple[str, int]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    answers: dict[str, str] = field(default_factory=dict)  # HotpotQA: the gold answer string
 
     def index_text(self, doc: Document) -> str:
         """The text a boundary-blind model should see for a corpus item."""
@@ -115,10 +116,11 @@ def load_hotpotqa(path: str | Path, limit: int | None = None) -> Task:
     docs, skipped = _read_corpus([path], "hotpotqa")
     corpus = [d for d in docs if d.id in titles]
 
-    queries, gold_docs, gold_sentences = [], {}, {}
+    queries, gold_docs, gold_sentences, answers = [], {}, {}, {}
     for q in questions:
         qid = str(q["_id"])
         queries.append(Query(qid, q["question"]))
+        answers[qid] = str(q.get("answer", ""))
         gold_docs[qid] = {t for t, _ in q["supporting_facts"]}
         gold_sentences[qid] = {(t, int(i)) for t, i in q["supporting_facts"]}
     return Task(
@@ -127,6 +129,7 @@ def load_hotpotqa(path: str | Path, limit: int | None = None) -> Task:
         queries=queries,
         gold_docs=gold_docs,
         gold_sentences=gold_sentences,
+        answers=answers,
         info={
             "n_queries": len(queries),
             "n_docs": len(corpus),

@@ -11,6 +11,8 @@ Ids are any hashable: document ids, (doc id, sentence index) pairs, ...
   ranking by max aggregation (a unit is ranked where its best item is).
 - `beir_metrics` delegates nDCG@10 / Recall@100 / MRR@10 to ir-measures
   (pytrec_eval underneath, as BEIR itself uses).
+- `normalize_answer` / `holds_answer`: HotpotQA's answer normalisation, for
+  whether a packed context holds the gold answer.
 """
 from __future__ import annotations
 
@@ -152,3 +154,21 @@ def beir_metrics(
         for m in ir_measures.iter_calc(list(names), ir_qrels, ir_run):
             totals[names[m.measure]] += m.value
     return {name: v / len(ir_qrels) for name, v in totals.items()}
+
+
+def normalize_answer(text: str) -> str:
+    """HotpotQA's official normalisation (hotpot_evaluate_v1.py): lower case,
+    punctuation removed, the articles a, an, the removed, whitespace collapsed."""
+    import re
+    import string
+
+    text = "".join(c for c in text.lower() if c not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def holds_answer(context: str, answer: str) -> bool:
+    """Whether the normalised answer appears in the normalised context as
+    whole words (an empty answer is never held)."""
+    needle = normalize_answer(answer)
+    return bool(needle) and f" {needle} " in f" {normalize_answer(context)} "

@@ -14,6 +14,7 @@ times come from the manifest).
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import logging
@@ -38,11 +39,14 @@ from propdex.indexer.settings import IndexSettings, store_of
 from propdex.indexer import lexical
 from propdex.indexer.manifest import library_versions, read_manifest
 from propdex.retriever import Searcher
+from propdex.retriever.context import CONTEXT_K
+from propdex.retriever.hits import lexical_hit
 from propdex.retriever.hybrid import Lexical, hop_order
 from propdex.retriever.settings import SearchSettings
 
 from . import metrics
 
+from .answers import ContextScores
 from .datasets import Task, load_beir, load_hotpotqa, load_propsegment
 
 if TYPE_CHECKING:
@@ -170,7 +174,7 @@ def _ranking(task: Task, level: str, hits: Sequence[Any]) -> list[Hashable]:
     return [(h.doc_id, h.sentence_index) if search_level(task, level) == "sentence" else h.doc_id for h in hits]
 
 
-def run_bm25(task: Task, pipeline: Pipeline, level: str, depth: int) -> Outcome:
+def run_bm25(task: Task, pipeline: Pipeline, level: str, depth: int, contexts: "ContextScores | None" = None) -> Outcome:
     """BM25 alone, as `search --bm25 [--hops 2]` answers from an index's
     BM25: the index's builder over the task's documents (titles unless
     `title=0`), searched by the same retriever (retriever.hybrid.Lexical)."""
@@ -193,7 +197,11 @@ def run_bm25(task: Task, pipeline: Pipeline, level: str, depth: int) -> Outcome:
         latencies.append((time.perf_counter() - t) * 1000)
         rankings[q.id] = [d for d, _ in hits]
         scores[q.id] = [s for _, s in hits]
-    return Outcome(rankings, scores, latencies, {"index_s": round(build_s, 3), **_pipeline_stats(settings)})
+        if contexts is not None:  # the hits `search --bm25` returns, packed
+            terms = set(lexical.analyze(q.text))
+            contexts.add(q.id, [lexical_hit(r, by_id[d], s, terms) for r, (d, s) in enumerate(hits, start=1)])
+    return Outcome(rankings, scores, latencies, {"index_s": round(build_s, 3), **_pipeline_stats(settings),
+                                                 **({"context": contexts.figures()} if contexts else {})})
 
 
 def _pipeline_stats(settings: SearchSettings) -> dict[str, Any]:
@@ -233,7 +241,8 @@ def build_index(task: Task, system: System, work: Path, backbone: "Backbone") ->
     return out, encoder, manifest, backbone.state_cache_hits > cache_hits
 
 
-def run_encoder(task: Task, pipeline: Pipeline, level: str, depth: int, work: Path, backbone: "Backbone") -> Outcome:
+def run_encoder(task: Task, pipeline: Pipeline, level: str, depth: int, work: Path, backbone: "Backbone",
+                contexts: "ContextScores | None" = None) -> Outcome:
     """A dense system's rankings, each query one `Searcher.search` on the
     system's index, with the settings the spec names (hybrid for `+bm25`,
     hops, fusion, nprobe, window...): what `propdex search` answers."""
@@ -260,6 +269,8 @@ def run_encoder(task: Task, pipeline: Pipeline, level: str, depth: int, work: Pa
         latencies.append((time.perf_counter() - t) * 1000)
         rankings[q.id] = _ranking(task, level, hits)
         scores[q.id] = [h.score for h in hits]
+        if contexts is not None:  # Searcher.contexts: these CONTEXT_K hits, packed
+            contexts.add(q.id, hits)
     counts = manifest["counts"]
     index_bytes = ann_bytes(out, manifest)
     store_bytes = sum((out / s["name"] / "meta.lmdb" / "data.mdb").stat().st_size for s in manifest["shards"])
@@ -281,6 +292,7 @@ def run_encoder(task: Task, pipeline: Pipeline, level: str, depth: int, work: Pa
         "backbone_sha256": manifest["backbone"]["weights_sha256"],
         "index_dir": str(out),
         **_pipeline_stats(settings),
+        **({"context": contexts.figures()} if contexts else {}),
     })
 
 
@@ -402,8 +414,10 @@ def _covers(outer: Sequence[tuple[int, int]], inner: Sequence[tuple[int, int]]) 
 
 def evaluate(
     task_name: str, path: str, systems: Sequence[str], *, level: str | None = None, limit: int | None = None,
-    work: Path = Path("runs/index"), device: str = "auto", command: str = "",
+    work: Path = Path("runs/index"), device: str = "auto", command: str = "", words: Sequence[int] = (),
 ) -> dict[str, Any]:
+    """Every system on the task, in one run; `words`: also score the contexts
+    `Index.context` packs at these budgets (HotpotQA, eval.answers)."""
     task = load_task(task_name, path, limit)
     level = level or DEFAULT_LEVEL[task_name]
     depth = PROPSEGMENT_DEPTH if task.prop_text else 100
@@ -418,15 +432,18 @@ def evaluate(
         if task.prop_text and "hops" in pipeline.options:
             raise ValueError(f"system spec {spec!r}: hops=2 ranks documents or sentences of documents (not PropSegment's propositions)")
         log.info("system %s on %s (%d docs, %d queries)", spec, task.name, len(task.corpus), len(task.queries))
+        contexts = ContextScores(task, words, level) if words else None
+        if words and depth != CONTEXT_K:
+            raise ValueError(f"contexts are packed from {CONTEXT_K} hits, the ranking here is {depth} deep")
         if system.name == "bm25":
-            return run_bm25(task, pipeline, level, depth)
+            return run_bm25(task, pipeline, level, depth, contexts)
         from propdex.encoders.backbone import Backbone
 
         runtime = system.options.get("runtime", "torch")
         if runtime not in backbones:
             backbones[runtime] = Backbone.load(device=device, runtime=runtime)
             backbones[runtime].state_cache = {}  # systems on the same backbone states encode the corpus once
-        return run_encoder(task, pipeline, level, depth, work, backbones[runtime])
+        return run_encoder(task, pipeline, level, depth, work, backbones[runtime], contexts)
 
     for spec in systems:
         outcome = run(spec)
@@ -455,6 +472,19 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     if top1 := {name: s["top1"] for name, s in systems.items() if "top1" in s}:
         lines += ["", top1_markdown(top1)]
+    if contexts := {name: s["context"] for name, s in systems.items() if "context" in s}:
+        lines += ["", context_markdown(contexts)]
+    return "\n".join(lines)
+
+
+def context_markdown(contexts: dict[str, dict[str, Any]]) -> str:
+    """Answer and supporting-fact recall of the packed contexts, per budget."""
+    budgets = sorted(int(k.split("@")[1]) for k in next(iter(contexts.values())) if k.startswith("answer@"))
+    head = ["system", *(f"answer@{w}" for w in budgets), *(f"support@{w}" for w in budgets)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, c in contexts.items():
+        cells = [f"{100 * c[f'answer@{w}']:.2f}" for w in budgets] + [f"{100 * c[f'support@{w}']:.2f}" for w in budgets]
+        lines.append("| " + " | ".join([name, *cells]) + " |")
     return "\n".join(lines)
 
 
@@ -521,6 +551,9 @@ def add_commands(sub) -> None:
                         "rr: encoders as for search; reconstruction: ratios, e.g. 0.05,0.1,0.25)")
     p.add_argument("--level", choices=("doc", "sentence", "unit"), help="default: doc (propsegment: unit = proposition)")
     p.add_argument("--limit", type=int, help="first N queries (rr: number of queries, default 1000)")
+    p.add_argument("--words", type=_budgets, default=(), metavar="L1,L2,...",
+                   help="hotpotqa: also score the contexts Index.context packs into these word budgets "
+                        "(answer and supporting-fact recall), e.g. 50,100,200,500")
     p.add_argument("--out", type=Path, help="write the JSON results here")
     p.add_argument("--plot", type=Path, help="HotpotQA: write a Recall@k plot (PNG) here")
     p.add_argument("--work", type=Path, default=Path("runs/index"), help="where system indexes are built and reused")
@@ -540,7 +573,7 @@ def _run(args) -> int:
         return _run_nugget_task(args, command)
     result = evaluate(
         args.task, args.path, split_systems(args.systems), level=args.level, limit=args.limit,
-        work=args.work, device=args.device, command=command,
+        work=args.work, device=args.device, command=command, words=args.words,
     )
     table = markdown(result)
     print(f"{result['task']}, level {result['level']}, {result['data'].get('n_queries', '?')} queries")
@@ -549,6 +582,16 @@ def _run(args) -> int:
     if args.plot:
         plot_recall(result, args.plot)
     return 0
+
+
+def _budgets(text: str) -> tuple[int, ...]:
+    try:
+        budgets = tuple(int(w) for w in text.split(",") if w)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--words takes word budgets like 50,100,200,500, got {text!r}") from None
+    if not budgets or min(budgets) < 1:
+        raise argparse.ArgumentTypeError(f"--words takes positive word budgets, got {text!r}")
+    return budgets
 
 
 def _run_score(args, command: str) -> int:

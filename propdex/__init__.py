@@ -22,12 +22,13 @@ if TYPE_CHECKING:
     from propdex.index import Index
     from propdex.indexer.build import IndexWriter
     from propdex.indexer.readers import read_corpus
-    from propdex.retriever.searcher import Hit, Searcher
+    from propdex.retriever.hits import Hit
+    from propdex.retriever.searcher import Searcher
 
 # Resolved on first use, so that `import propdex` does not import torch.
 _EXPORTS = {
     "Index": "propdex.index",
-    "Hit": "propdex.retriever.searcher",
+    "Hit": "propdex.retriever.hits",
     "Searcher": "propdex.retriever.searcher",
     "IndexWriter": "propdex.indexer.build",
     "read_corpus": "propdex.indexer.readers",

@@ -35,6 +35,7 @@ from propdex.indexer.build import IndexWriter
 from propdex.indexer.settings import IndexSettings
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.readers import Record, Skip, record_from_dict
+from propdex.retriever.context import Context
 from propdex.retriever.searcher import Hit, Level, Searcher, set_threads
 
 if TYPE_CHECKING:
@@ -205,6 +206,16 @@ class Index:
         Searcher.search_batch's (hybrid, bm25, hops, nprobe, rerank, ...)."""
         with self._reading() as searcher:
             return searcher.search(query, k=k, level=level, where=where, **options)
+
+    def context(self, query: str, words: int = 200, level: Level = "sentence", *, where: Mapping[str, Any] | None = None,
+                **options: Any) -> Context:
+        """The best units for `query` packed into at most `words` words, for a
+        prompt: overlapping and repeated units merged, each document's pieces
+        in document order under its title, every piece cited (doc id,
+        sentence, characters). `str(context)` is the text; `options` are
+        search's (hybrid, hops, ...)."""
+        with self._reading() as searcher:
+            return searcher.context(query, words, level, where=where, **options)
 
     def search_batch(self, queries: Sequence[str], k: int = 10, level: Level = "doc", *,
                      where: Mapping[str, Any] | None = None, **options: Any) -> list[list[Hit]]:

@@ -2,6 +2,8 @@
 
     GET    /v1/search?q=...&k=10&level=doc     one query (hybrid, fusion, bm25, hops, nprobe, window too)
     POST   /v1/search                          {"queries": [...], "k", "level", "where", "hybrid", ...}
+    POST   /v1/context                         {"query", "words": 200, "level": "sentence", "where", "hybrid", ...}:
+                                               the best hits packed into a prompt, every piece cited
     GET    /v1/docs/{id}                       the stored document
     POST   /v1/docs                            {"documents": [...], "update": false}: add (or update)
     DELETE /v1/docs/{id}
@@ -35,6 +37,7 @@ log = logging.getLogger(__name__)
 MAX_K = 1000
 MAX_QUERIES = 256
 MAX_BODY_BYTES = 16 << 20
+MAX_CONTEXT_WORDS = 100_000
 
 
 class SearchRequest(BaseModel):
@@ -48,6 +51,19 @@ class SearchRequest(BaseModel):
     hops: int = 1
     nprobe: int | None = None
     rerank: int | None = None
+    window: int | None = None
+
+
+class ContextRequest(BaseModel):
+    query: str
+    words: int = Field(200, ge=1, le=MAX_CONTEXT_WORDS)
+    level: str = "sentence"
+    where: dict[str, Any] | None = None
+    hybrid: bool = False
+    fusion: str = "rrf"
+    bm25: bool = False
+    hops: int = 1
+    nprobe: int | None = None
     window: int | None = None
 
 
@@ -124,6 +140,14 @@ def create_app(index: Index, token: str | None = None) -> FastAPI:
         options = body.model_dump(exclude={"queries"}, exclude_none=True)
         results = _search(index, body.queries, **options)
         return {"results": [{"query": q, "results": hits} for q, hits in zip(body.queries, results)]}
+
+    @app.post("/v1/context")
+    def context(body: ContextRequest) -> dict[str, Any]:
+        if not body.query.strip():
+            raise Problem(400, "empty query")
+        index.refresh_if_changed()
+        options = body.model_dump(exclude={"query", "words", "level"}, exclude_none=True)
+        return {"query": body.query, **index.context(body.query, body.words, body.level, **options).to_json()}
 
     @app.get("/v1/docs/{doc_id}")
     def get_document(doc_id: str) -> dict[str, Any]:

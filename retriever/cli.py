@@ -29,8 +29,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run", dest="run_file", type=Path, metavar="OUT", help="with --topics: write the TREC run 'qid Q0 docno rank score tag' here")
     p.add_argument("--tag", default="propdex", help="the run's tag column (default propdex)")
     p.add_argument("--batch-size", type=int, default=32, help="queries searched at once with --topics (default 32)")
+    p.add_argument("--context", type=int, metavar="WORDS", help="print the best hits packed into a prompt of at most WORDS "
+                                                                "words, each piece cited (default level: sentence)")
     p.add_argument("-k", type=int, default=10, help="number of results (default 10)")
-    p.add_argument("--level", default="doc", choices=LEVELS)
+    p.add_argument("--level", choices=LEVELS, help="doc (default), sentence or unit; with --context, sentence")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--nprobe", type=int, help="IVF lists probed per query vector (default: 512, or all the lists of a smaller index, for a one-vector query; 1/256 of them, 4 to 16, for each vector of a multi-vector one)")
     p.add_argument("--candidates", type=int, help="ANN hits per query vector and shard")
@@ -66,7 +68,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 def search_options(args: argparse.Namespace) -> dict:
     """The SearchSettings the flags name."""
-    return {"k": args.k, "level": args.level, "candidates": args.candidates, "rerank": args.rerank, "hybrid": args.hybrid,
+    level = args.level or ("sentence" if args.context is not None else "doc")
+    return {"k": args.k, "level": level, "candidates": args.candidates, "rerank": args.rerank, "hybrid": args.hybrid,
             "bm25": args.bm25, "fusion": args.fusion, "hops": args.hops, "window": args.window, "where": dict(args.where) or None}
 
 
@@ -85,6 +88,8 @@ def run_search(args: argparse.Namespace) -> int:
         raise ValueError("the query is not valid UTF-8") from None
     options = search_options(args)
     SearchSettings.of(**options)  # a bad option fails before the model loads
+    if args.context is not None:
+        return print_context(args, options)
     with Searcher.load(args.index, device=args.device, nprobe=args.nprobe, threads=args.threads, runtime=args.runtime) as searcher:
         hits = searcher.search(args.query, **options)
     if args.json:
@@ -101,12 +106,31 @@ def run_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def print_context(args: argparse.Namespace, options: dict) -> int:
+    """The packed context, then its citations (or JSON)."""
+    if args.context < 1:
+        raise ValueError("--context takes a budget of at least 1 word")
+    options.pop("k")
+    with Searcher.load(args.index, device=args.device, nprobe=args.nprobe, threads=args.threads, runtime=args.runtime) as searcher:
+        context = searcher.context(args.query, args.context, **options)
+    if args.json:
+        print(json.dumps({"query": args.query, **context.to_json()}, ensure_ascii=False, indent=1))
+        return 0
+    print("\n".join(printable(line) for line in context.text.split("\n")) if context.text else "no results")
+    print(f"\n{context.words} of {context.budget} words; from:")
+    for c in context.citations:
+        print(f"  [{c.at}] {printable(c.doc_id)} sentence {c.sentence}, characters {c.start}-{c.end}{'' if c.whole else ' (part)'}")
+    return 0
+
+
 def run_topics(args: argparse.Namespace) -> int:
     """Every query of the topics file, searched in batches, written as a TREC run."""
     if args.run_file is None:
         raise ValueError("--topics needs --run OUT, the file the TREC run is written to")
     if args.level == "unit":
         raise ValueError("a TREC run names documents or sentences: use --level doc or sentence")
+    if args.context is not None:
+        raise ValueError("--context packs one query's hits: give a QUERY, not --topics")
     if args.batch_size < 1:
         raise ValueError("--batch-size must be at least 1")
     options = search_options(args)

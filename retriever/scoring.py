@@ -129,6 +129,22 @@ def window_maxsim(sim: np.ndarray, unit_sentences: np.ndarray, window: int) -> f
     return float(window_maxsims(sim, [unit_sentences], window)[0])
 
 
+def best_window(sim: np.ndarray, unit_sentences: np.ndarray, window: int | None) -> tuple[int, int] | None:
+    """The first and last sentence of the document's best window
+    (`sentence_windows`; a one-vector query's: the window of its best unit),
+    or None where no unit covers a sentence; with no `window`, the sentences
+    its units cover."""
+    covered = unit_sentences[:, 1] >= unit_sentences[:, 0]  # title units cover none
+    members = covered
+    if window:
+        # Scored as window_maxsims scores it, title units and all.
+        groups, n = sentence_windows(unit_sentences, window)
+        members = covered & (groups == int(np.argmax(group_maxsim(sim, groups, n))))
+    if not members.any():
+        return None
+    return int(unit_sentences[members, 0].min()), int(unit_sentences[members, 1].max())
+
+
 def window_maxsims(sim: np.ndarray, unit_sentences: Sequence[np.ndarray], window: int) -> np.ndarray:
     """`window_maxsim` of each of several documents whose columns lie side by
     side in `sim`, in order: (documents,), -inf for a document without

@@ -21,7 +21,7 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,12 +29,13 @@ import lmdb
 import numpy as np
 
 from propdex.encoders import Document, encoder_from_config, recorded_config
-from propdex.encoders.units import Unit
 from propdex.indexer import ann, integrity, lexical
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.store import ShardStore, read_deleted
 
 from . import fusion, scoring
+from .context import CONTEXT_K, Context, pack
+from .hits import Hit, lexical_hit, passage_text, sentences_of
 from .hybrid import FUSION_DEPTH, Lexical, fuse_with_lexical, hop_order
 from .settings import LEVELS, Level, SearchSettings  # noqa: F401 (LEVELS: re-exported)
 
@@ -46,34 +47,6 @@ log = logging.getLogger(__name__)
 # A filter that leaves at most this many vectors is answered by re-scoring all of them.
 EXACT_FILTERED_VECTORS = 50_000
 Where = Mapping[str, Any]
-
-
-@dataclass
-class Hit:
-    rank: int
-    doc_id: str
-    title: str
-    score: float
-    sentence_index: int
-    sentence_text: str
-    spans: list[tuple[int, int]]  # char spans in sentence_text that matched
-    units: list[Unit] = field(default_factory=list, repr=False)
-    hop: int = 1  # 2: found by the second hop (search(..., hops=2))
-    text: str = ""  # what matched: the document's text (level doc), else the sentence's
-    metadata: dict[str, Any] = field(default_factory=dict)  # the input record's other fields
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "hop": self.hop,
-            "doc_id": self.doc_id,
-            "title": self.title,
-            "score": round(self.score, 6),
-            "text": self.text,
-            "metadata": self.metadata,
-            "sentence": {"index": self.sentence_index, "text": self.sentence_text},
-            "spans": [list(s) for s in self.spans],
-        }
 
 
 @dataclass
@@ -216,6 +189,19 @@ class Searcher:
     def search(self, query: str | Document, k: int = 10, level: Level = "doc", **options: Any) -> list[Hit]:
         return self.search_batch([query], k=k, level=level, **options)[0]
 
+    def context(self, query: str, words: int = 200, level: Level = "sentence", **options: Any) -> Context:
+        """The best CONTEXT_K hits for the query at `level`, packed into at
+        most `words` words with a citation for every piece
+        (retriever.context.pack); `options` are the search's (hybrid, hops, where...)."""
+        return self.contexts(query, [words], level, **options)[0]
+
+    def contexts(self, query: str, budgets: Sequence[int], level: Level = "sentence", **options: Any) -> list[Context]:
+        """`context` at several budgets from one search."""
+        if "k" in options:
+            raise ValueError("a context is packed from the best CONTEXT_K hits: give words=, not k=")
+        hits = self.search(query, k=CONTEXT_K, level=level, **options)
+        return [pack(hits, words, level) for words in budgets]
+
     def search_batch(
         self,
         queries: Sequence[str | Document],
@@ -314,7 +300,7 @@ class Searcher:
             cands = (self._stage2(e.vectors, chosen, n_rerank, skip, first, window=window) if within is None
                      else self._stage2(e.vectors, chosen, len(chosen), skip, window=window))
             if not st.hybrid:
-                results.append(self._hits(cands, self._rows(cands, k, level), level))
+                results.append(self._hits(cands, self._rows(cands, k, level), level, search_window))
                 continue
             lexical_run = self.bm25.search(_text(queries[qi]), depth, exclude=skip, mask=self._bm25_mask(allowed, where))
             lexical_ranking = [d for d, _ in lexical_run]
@@ -324,11 +310,12 @@ class Searcher:
                 missing = [d for d in lexical_ranking[:k] if d not in have]
                 if missing:
                     cands += self._stage2(e.vectors, self._locate(missing, allowed), len(missing), skip, window=window)
-            results.append(self._fused(cands, self._rows(cands, depth, level), lexical_run, e.vectors, st, skip, window))
+            results.append(self._fused(cands, self._rows(cands, depth, level), lexical_run, e.vectors, st, skip, window, search_window))
         return results
 
     def _fused(self, cands: list["_Candidate"], rows: list[tuple[float, int, int]], lexical_run: list[tuple[str, float]],
-               q: np.ndarray, st: SearchSettings, skip: set[str], window: int | None = None) -> list[Hit]:
+               q: np.ndarray, st: SearchSettings, skip: set[str], window: int | None = None,
+               passage_window: int | None = None) -> list[Hit]:
         """The dense rows fused with BM25's document run (hybrid.fuse_with_lexical); the hits of the best k."""
         doc_of = [self._doc_id(c) for c in cands]
         if st.level == "doc":
@@ -344,7 +331,7 @@ class Searcher:
         else:
             fused = fuse_with_lexical([((ci, j), score) for score, ci, j in rows], lexical_run, lambda key: doc_of[key[0]], st.fusion)
             chosen = [(score, ci, j) for (ci, j), score in fused[:st.k]]
-        return self._hits(cands, chosen, st.level)
+        return self._hits(cands, chosen, st.level, passage_window)
 
     def _lexical_hits(self, query: str, k: int, skip: set[str], allowed: list[np.ndarray | None], where: Where | None) -> list[Hit]:
         terms = set(lexical.analyze(query))
@@ -358,7 +345,7 @@ class Searcher:
     def _bm25_hit(self, rank: int, doc_id: str, score: float, terms: set[str]) -> Hit:
         key = self._key(doc_id)
         assert key is not None
-        return _lexical_hit(rank, self.shards[key >> 32].store.document(key & 0xFFFFFFFF), score, terms)
+        return lexical_hit(rank, self.shards[key >> 32].store.document(key & 0xFFFFFFFF), score, terms)
 
     def _warn_unknown(self, queries: Sequence[str | Document]) -> None:
         """A query the vocabulary cannot spell (every word-piece [UNK], e.g.
@@ -401,7 +388,7 @@ class Searcher:
         settings = SearchSettings(k=len(doc_ids), level="doc", window=window)
         found = {h.doc_id: h for h in self._search([query], settings, [set(skip)], [list(doc_ids)], [None] * len(self.shards))[0]}
         # A document-level hit already names its best sentence; at sentence level its text is that sentence.
-        return [replace(found[d], text=found[d].sentence_text) for d in doc_ids if d in found]
+        return [replace(found[d], text=found[d].sentence_text, passage=(found[d].sentence_index,) * 2) for d in doc_ids if d in found]
 
     def document(self, doc_id: str) -> Document | None:
         """The live document with this id, or None."""
@@ -581,18 +568,29 @@ class Searcher:
         rows.sort(key=lambda r: (cands[r[1]].tier, -r[0], cands[r[1]].shard, cands[r[1]].ordinal, r[2]))
         return rows[:k]
 
-    def _hits(self, cands: list[_Candidate], rows: Sequence[tuple[float, int, int]], level: Level) -> list[Hit]:
-        return [self._hit(rank + 1, cands[ci], score, None if level == "doc" else (level, j))
+    def _hits(self, cands: list[_Candidate], rows: Sequence[tuple[float, int, int]], level: Level,
+              window: int | None = None) -> list[Hit]:
+        """Hits of the rows; at document level each shows its best window of
+        `window` units (None: the whole document)."""
+        return [self._hit(rank + 1, cands[ci], score, None if level == "doc" else (level, j), window)
                 for rank, (score, ci, j) in enumerate(rows)]
 
-    def _hit(self, rank: int, c: _Candidate, score: float, where: tuple[str, int] | None) -> Hit:
+    def _hit(self, rank: int, c: _Candidate, score: float, where: tuple[str, int] | None, window: int | None = None) -> Hit:
         store = self.shards[c.shard].store
         doc = store.document(c.ordinal)
+        sentences = sentences_of(doc)
         first, last = c.unit_sentences[:, 0], c.unit_sentences[:, 1]
+        passage = None
         if where is None or where[0] == "sentence":
             if where is None:
                 scores = c.sentence_scores()
-                sentence = int(np.argmax(scores)) if len(scores) else 0
+                passage = scoring.best_window(c.sim, c.unit_sentences, window) if window else (0, len(sentences) - 1)
+                if passage is not None and len(scores):
+                    # The hit's sentence is the passage's best.
+                    inside = scores[passage[0]:passage[1] + 1]
+                    sentence = passage[0] + int(np.argmax(inside)) if len(inside) else int(np.argmax(scores))
+                else:
+                    sentence = int(np.argmax(scores)) if len(scores) else 0
             else:
                 sentence = where[1]
             inside = np.flatnonzero((first <= sentence) & (last >= sentence))
@@ -601,8 +599,10 @@ class Searcher:
         else:
             matched = [where[1]]
             sentence = int(first[where[1]])
-        sentences = doc.sentences or ((0, len(doc.text)),)
         sentence = min(sentence, len(sentences) - 1)
+        if passage is None or where is not None:
+            passage = (sentence, sentence)
+        passage = (min(passage[0], len(sentences) - 1), min(passage[1], len(sentences) - 1))
         s_start, s_end = sentences[sentence]
         units = store.units(c.ordinal, matched, doc.id)
         spans = []
@@ -613,7 +613,7 @@ class Searcher:
                 if a < b:
                     spans.append((a, b))
         return Hit(rank, doc.id, doc.title, score, sentence, doc.text[s_start:s_end], sorted(set(spans)), units,
-                   text=doc.text if where is None else doc.text[s_start:s_end], metadata=dict(doc.metadata))
+                   text=passage_text(doc, *passage), metadata=dict(doc.metadata), passage=passage, document=doc)
 
     def close(self) -> None:
         self._pool.shutdown()
@@ -691,18 +691,3 @@ def set_threads(n: int) -> None:
 
 def _text(query: str | Document) -> str:
     return query.text if isinstance(query, Document) else query
-
-
-def _lexical_hit(rank: int, doc: Document, score: float, terms: set[str]) -> Hit:
-    """A BM25 hit: the sentence holding the most distinct query terms, with
-    the words that match marked."""
-    sentences = doc.sentences or ((0, len(doc.text)),)
-    best, best_spans, best_n = 0, [], -1
-    for i, (a, b) in enumerate(sentences):
-        spans = [(m.start(), m.end()) for m in lexical.WORDS.finditer(doc.text[a:b]) if set(lexical.analyze(m.group())) & terms]
-        n = len({doc.text[a + x:a + y].lower() for x, y in spans})
-        if n > best_n:
-            best, best_spans, best_n = i, spans, n
-    a, b = sentences[best]
-    return Hit(rank, doc.id, doc.title, score, best, doc.text[a:b], best_spans, text=doc.text, metadata=dict(doc.metadata))
-

@@ -97,9 +97,18 @@ def test_every_route(server):
     whole, wide = (httpx.get(f"{server}/v1/search", params={"q": "American film director", "k": 3, "window": w}).json() for w in (0, 100_000))
     assert [h["doc_id"] for h in wide["results"]] == [h["doc_id"] for h in whole["results"]]
     hit = one["results"][0]
-    assert {"rank", "doc_id", "title", "score", "text", "metadata", "sentence", "spans"} <= set(hit) and "batch" in hit["metadata"]
+    assert {"rank", "doc_id", "title", "score", "text", "passage", "metadata", "sentence", "spans"} <= set(hit) and "batch" in hit["metadata"]
     doc = httpx.get(f"{server}/v1/docs/{hit['doc_id']}").json()
-    assert doc["id"] == hit["doc_id"] and doc["text"] == hit["text"] and doc["metadata"] == hit["metadata"]
+    # A document-level hit shows its winning passage: characters start..end of the stored document.
+    assert doc["id"] == hit["doc_id"] and doc["metadata"] == hit["metadata"]
+    assert doc["text"][hit["passage"]["start"]:hit["passage"]["end"]] == hit["text"] and hit["sentence"]["text"] in hit["text"]
+
+    context = httpx.post(f"{server}/v1/context", json={"query": "American film director", "words": 60, "hybrid": True}).json()
+    assert 0 < context["words"] <= 60 and context["budget"] == 60 and context["citations"]
+    for c in context["citations"]:
+        cited = httpx.get(f"{server}/v1/docs/{c['doc_id']}").json()["text"][c["start"]:c["end"]].strip()
+        assert context["text"][c["at"]:c["at"] + len(cited)] == cited
+    assert httpx.post(f"{server}/v1/context", json={"query": " "}).json() == {"error": "empty query"}
 
     many = httpx.post(f"{server}/v1/search", json={"queries": ["a river", "a band"], "k": 4, "where": {"batch": 1}, "hybrid": True}).json()
     assert [r["query"] for r in many["results"]] == ["a river", "a band"]
@@ -193,6 +202,11 @@ def test_langchain_retriever_returns_documents_with_the_hit_text(index):
     assert docs[0].metadata["score"] == pytest.approx(hits[0].score) and "sentence" in docs[0].metadata
     sentences = PropdexRetriever(index=index, k=2, search_options={"level": "sentence"}).invoke("born in 1966")
     assert all(d.page_content == d.metadata["sentence"] for d in sentences)
+    # words=: one Document, the packed context Index.context returns.
+    packed = PropdexRetriever(index=index, words=80, hybrid=True).invoke("Which American director was born in 1966?")
+    context = index.context("Which American director was born in 1966?", 80, hybrid=True)
+    assert [d.page_content for d in packed] == [context.text] and packed[0].metadata["words"] == context.words <= 80
+    assert packed[0].metadata["citations"] == [c.to_json() for c in context.citations]
 
 
 @pytest.mark.slow
@@ -207,3 +221,6 @@ def test_llamaindex_retriever_returns_nodes_with_scores(index):
     assert [n.node.node_id for n in nodes] == [h.doc_id for h in hits]
     assert [n.score for n in nodes] == pytest.approx([h.score for h in hits])
     assert nodes[0].node.metadata["title"] == hits[0].title
+    packed = PropdexRetriever(index=index, words=50, level="doc").retrieve("Which American director was born in 1966?")
+    context = index.context("Which American director was born in 1966?", 50, level="doc")
+    assert [n.node.get_content() for n in packed] == [context.text] and context.words <= 50

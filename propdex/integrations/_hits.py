@@ -1,9 +1,10 @@
-"""What both adapters make of a hit: its text and a flat metadata record."""
+"""What both adapters make of a hit (its text and a flat metadata record), and of a packed context."""
 from __future__ import annotations
 
 from typing import Any
 
-from propdex.retriever.searcher import Hit
+from propdex.retriever.context import Context
+from propdex.retriever.hits import Hit
 
 
 def hit_metadata(hit: Hit) -> dict[str, Any]:
@@ -17,4 +18,13 @@ def hit_metadata(hit: Hit) -> dict[str, Any]:
         "sentence": hit.sentence_text,
         "sentence_index": hit.sentence_index,
         "spans": [list(s) for s in hit.spans],
+        # Where the hit's text (a document-level hit's winning passage) lies in its document.
+        "passage_sentences": list(hit.passage),
+        "passage_start": hit.text_span[0],
+        "passage_end": hit.text_span[1],
     }
+
+
+def context_metadata(context: Context) -> dict[str, Any]:
+    """A packed context's record: its size and where every piece comes from."""
+    return {"words": context.words, "budget": context.budget, "citations": [c.to_json() for c in context.citations]}

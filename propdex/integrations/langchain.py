@@ -5,6 +5,7 @@
 
     retriever = PropdexRetriever(index=Index.open("idx"), k=5, search_options={"hybrid": True})
     docs = retriever.invoke("question")   # Documents: page_content = hit text, metadata = id, title, score, ...
+    PropdexRetriever(index=Index.open("idx"), words=200).invoke("question")   # one Document: the packed context
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pydantic import ConfigDict, Field
 
 from propdex.index import Index
 
-from ._hits import hit_metadata
+from ._hits import context_metadata, hit_metadata
 
 
 class PropdexRetriever(BaseRetriever):
@@ -28,6 +29,7 @@ class PropdexRetriever(BaseRetriever):
 
     index: Index
     k: int = 5
+    words: int | None = None  # a budget: one Document holding Index.context's packed text, its citations in metadata
     search_options: dict[str, Any] = Field(default_factory=dict)
 
     def __init__(self, **data: Any) -> None:
@@ -38,5 +40,8 @@ class PropdexRetriever(BaseRetriever):
         super().__init__(**data)
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        if self.words is not None:
+            context = self.index.context(query, self.words, **self.search_options)
+            return [Document(page_content=context.text, metadata=context_metadata(context))] if context.text else []
         hits = self.index.search(query, k=self.k, **self.search_options)
         return [Document(page_content=h.text, metadata=hit_metadata(h), id=h.doc_id) for h in hits]

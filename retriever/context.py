@@ -1,0 +1,150 @@
+"""Context for a prompt: the best hits packed into a word budget.
+
+`pack(hits, words, level)` walks a ranking best first and takes what each
+hit stands for: a document-level hit its passage (its best sentence first,
+then the passage's others nearest first), a sentence-level hit its
+sentence, a unit-level hit the unit's own spans. A piece that repeats or
+overlaps what is taken already adds only what is new; a piece that would
+pass the budget is left out and the walk goes on, since a shorter one
+further down may still fit. The text keeps each document's pieces together
+under its title, in document order, documents in the order their first
+piece was taken: sentences that follow each other are joined by a space,
+others by " ... ". The budget counts every whitespace-separated word of the
+text, titles and " ... " included, so it is never exceeded.
+
+Every piece is cited: document id, sentence index, the characters it
+covers in the document's text, and where it lies in the context's text.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .hits import Hit, sentences_of
+
+GAP = " ... "
+# Hits a context is packed from: enough sentences or units for a few hundred words.
+CONTEXT_K = 100
+
+
+@dataclass(frozen=True)
+class Citation:
+    doc_id: str
+    title: str
+    sentence: int
+    start: int  # characters of the document's text
+    end: int
+    at: int  # where the piece starts in the context's text
+    whole: bool  # the whole sentence is in the context
+
+    def to_json(self) -> dict[str, Any]:
+        return {"doc_id": self.doc_id, "title": self.title, "sentence": self.sentence, "start": self.start, "end": self.end,
+                "at": self.at, "whole": self.whole}
+
+
+@dataclass(frozen=True)
+class Context:
+    text: str
+    words: int  # words in `text`
+    budget: int
+    citations: tuple[Citation, ...]
+
+    def __str__(self) -> str:
+        return self.text
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "words": self.words, "budget": self.budget, "citations": [c.to_json() for c in self.citations]}
+
+
+def _pieces(hit: Hit, level: str) -> list[tuple[int, tuple[tuple[int, int], ...]]]:
+    """(sentence, character spans in the document) a hit offers, most wanted first."""
+    doc = hit.document
+    assert doc is not None, "a hit to pack carries its document"
+    sentences = sentences_of(doc)
+    if level == "unit":
+        base = sentences[hit.sentence_index][0]
+        return [(hit.sentence_index, tuple((base + a, base + b) for a, b in hit.spans))] if hit.spans else \
+            [(hit.sentence_index, (sentences[hit.sentence_index],))]
+    first, last = hit.passage if level == "doc" else (hit.sentence_index, hit.sentence_index)
+    order = sorted(range(first, last + 1), key=lambda s: (abs(s - hit.sentence_index), s < hit.sentence_index))
+    return [(s, (sentences[s],)) for s in order]
+
+
+def _merge(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _render(taken: dict[str, dict[int, list[tuple[int, int]]]], docs: dict[str, Hit], budget: int) -> Context:
+    parts: list[str] = []
+    citations: list[Citation] = []
+    at = 0
+
+    def put(text: str) -> int:
+        nonlocal at
+        start = at
+        parts.append(text)
+        at += len(text)
+        return start
+
+    for n, (doc_id, by_sentence) in enumerate(taken.items()):
+        hit = docs[doc_id]
+        doc = hit.document
+        assert doc is not None
+        sentences = sentences_of(doc)
+        if n:
+            put("\n\n")
+        if hit.title:
+            put(hit.title + "\n")
+        previous = None
+        for s in sorted(by_sentence):
+            a_s, b_s = sentences[s]
+            spans = _merge(by_sentence[s])
+            if previous is not None:
+                put(" " if s == previous + 1 else GAP)
+            for i, (a, b) in enumerate(spans):
+                if i:
+                    put(GAP)
+                start = put(doc.text[a:b].strip())
+                citations.append(Citation(doc_id, hit.title, s, a, b, start, _covers(doc.text, spans, a_s, b_s)))
+            previous = s
+    text = "".join(parts)
+    return Context(text, len(text.split()), budget, tuple(citations))
+
+
+def _covers(text: str, spans: Sequence[tuple[int, int]], a: int, b: int) -> bool:
+    """Whether the spans cover every non-space character of text[a:b]."""
+    covered = [c.isspace() for c in text[a:b]]
+    for x, y in spans:
+        for i in range(max(x, a), min(y, b)):
+            covered[i - a] = True
+    return all(covered)
+
+
+def pack(hits: Sequence[Hit], words: int, level: str = "sentence") -> Context:
+    """The hits' pieces packed into at most `words` words (see the module)."""
+    if words < 1:
+        raise ValueError(f"a context needs a budget of at least 1 word, got {words}")
+    taken: dict[str, dict[int, list[tuple[int, int]]]] = {}
+    docs: dict[str, Hit] = {}
+    current = _render(taken, docs, words)
+    for hit in hits:
+        for sentence, spans in _pieces(hit, level):
+            have = taken.get(hit.doc_id, {}).get(sentence, [])
+            if _merge(have) == _merge([*have, *spans]):
+                continue  # nothing new
+            trial = {d: {s: list(v) for s, v in by.items()} for d, by in taken.items()}
+            trial.setdefault(hit.doc_id, {}).setdefault(sentence, []).extend(spans)
+            candidate = _render(trial, docs | {hit.doc_id: docs.get(hit.doc_id, hit)}, words)
+            if candidate.words <= words:
+                taken, current = trial, candidate
+                docs.setdefault(hit.doc_id, hit)
+        if current.words >= words:
+            break
+    return current

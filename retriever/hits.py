@@ -1,0 +1,113 @@
+"""What a search returns: `Hit`, and the passage a document-level hit shows.
+
+A hit at document level shows the passage that won, not the whole document:
+a dense hit the window of consecutive sentences its score came from (the
+window stage 2 scores, `scoring.best_window`), a BM25 hit the sentences
+around the one that holds most of the query's terms, up to PASSAGE_WORDS.
+`hit.passage` gives the sentence range and `hit.document_text` the whole
+document. Below document level a hit's text is its sentence.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from propdex.encoders import Document
+from propdex.encoders.units import Unit
+from propdex.indexer import lexical
+
+# A BM25 hit's passage: its best sentence and its neighbours, up to this many
+# words (about the encoders' passage of 256 word pieces).
+PASSAGE_WORDS = 180
+
+
+@dataclass
+class Hit:
+    rank: int
+    doc_id: str
+    title: str
+    score: float
+    sentence_index: int
+    sentence_text: str
+    spans: list[tuple[int, int]]  # char spans in sentence_text that matched
+    units: list[Unit] = field(default_factory=list, repr=False)
+    hop: int = 1  # 2: found by the second hop (search(..., hops=2))
+    text: str = ""  # what matched: the winning passage (level doc), else the sentence
+    metadata: dict[str, Any] = field(default_factory=dict)  # the input record's other fields
+    passage: tuple[int, int] = (0, 0)  # first and last sentence of `text`
+    document: Document | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def document_text(self) -> str:
+        """The whole document's text."""
+        return self.document.text if self.document is not None else self.text
+
+    @property
+    def text_span(self) -> tuple[int, int]:
+        """Where `text` lies in the document's text (characters)."""
+        if self.document is None or not self.document.sentences:
+            return 0, len(self.text)
+        sentences = self.document.sentences
+        return sentences[self.passage[0]][0], sentences[self.passage[1]][1]
+
+    def to_json(self) -> dict[str, Any]:
+        start, end = self.text_span
+        return {
+            "rank": self.rank,
+            "hop": self.hop,
+            "doc_id": self.doc_id,
+            "title": self.title,
+            "score": round(self.score, 6),
+            "text": self.text,
+            "passage": {"sentences": list(self.passage), "start": start, "end": end},
+            "metadata": self.metadata,
+            "sentence": {"index": self.sentence_index, "text": self.sentence_text},
+            "spans": [list(s) for s in self.spans],
+        }
+
+
+def sentences_of(doc: Document) -> tuple[tuple[int, int], ...]:
+    """A document's sentence spans (the whole text as one where it has none)."""
+    return tuple(doc.sentences) or ((0, len(doc.text)),)
+
+
+def passage_text(doc: Document, first: int, last: int) -> str:
+    """The text of sentences first..last, as the document holds it."""
+    sentences = sentences_of(doc)
+    return doc.text[sentences[first][0]:sentences[last][1]]
+
+
+def lexical_passage(doc: Document, best: int, max_words: int = PASSAGE_WORDS) -> tuple[int, int]:
+    """Sentences around `best`, taken nearest first (the next before the
+    previous), while the passage holds at most `max_words` words; `best`
+    alone when it is longer."""
+    sentences = sentences_of(doc)
+    words = [len(doc.text[a:b].split()) for a, b in sentences]
+    first = last = best
+    used = words[best]
+    while True:
+        grown = False
+        for side in (1, -1):
+            j = last + 1 if side > 0 else first - 1
+            if 0 <= j < len(sentences) and used + words[j] <= max_words:
+                used += words[j]
+                first, last = min(first, j), max(last, j)
+                grown = True
+        if not grown:
+            return first, last
+
+
+def lexical_hit(rank: int, doc: Document, score: float, terms: set[str]) -> Hit:
+    """A BM25 hit: the sentence holding the most distinct query terms, with
+    the words that match marked, shown in its passage (`lexical_passage`)."""
+    sentences = sentences_of(doc)
+    best, best_spans, best_n = 0, [], -1
+    for i, (a, b) in enumerate(sentences):
+        spans = [(m.start(), m.end()) for m in lexical.WORDS.finditer(doc.text[a:b]) if set(lexical.analyze(m.group())) & terms]
+        n = len({doc.text[a + x:a + y].lower() for x, y in spans})
+        if n > best_n:
+            best, best_spans, best_n = i, spans, n
+    a, b = sentences[best]
+    passage = lexical_passage(doc, best)
+    return Hit(rank, doc.id, doc.title, score, best, doc.text[a:b], best_spans, text=passage_text(doc, *passage),
+               metadata=dict(doc.metadata), passage=passage, document=doc)
