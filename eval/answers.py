@@ -27,38 +27,42 @@ YES_NO = ("yes", "no")
 
 
 class ContextScores:
-    """Answer and supporting-fact recall of packed contexts, question by question."""
+    """Answer and supporting-fact recall of packed contexts, question by
+    question; figures for all questions and for the odd- and even-numbered
+    ones (1st, 3rd, ... in the file), so that a default chosen on one half
+    is confirmed on the other."""
 
     def __init__(self, task: Task, budgets: Sequence[int], level: str) -> None:
         if not task.answers or task.gold_sentences is None:
             raise ValueError("--words measures HotpotQA contexts: the task needs answers and supporting facts")
         self.task, self.budgets, self.level = task, list(budgets), level
-        self.answered = dict.fromkeys(self.budgets, 0)
-        self.support = dict.fromkeys(self.budgets, 0.0)
-        self.questions = self.yes_no = 0
-        self.words = dict.fromkeys(self.budgets, 0)
+        self.number = {q.id: n for n, q in enumerate(task.queries, start=1)}
+        # Per question: (number, counted, {budget: (answered, support share, words)}).
+        self.rows: list[tuple[int, bool, dict[int, tuple[bool, float, int]]]] = []
 
     def add(self, qid: str, hits: Sequence[Hit]) -> None:
         answer = self.task.answers[qid]
         gold = self.task.gold_sentences[qid]  # type: ignore[index]
         counted = normalize(answer) not in YES_NO
-        self.questions += 1
-        self.yes_no += not counted
+        row = {}
         for words in self.budgets:
             context = pack(hits, words, self.level)
-            self.words[words] += context.words
-            self.answered[words] += counted and metrics.holds_answer(context.text, answer)
             whole = {(c.doc_id, c.sentence) for c in context.citations if c.whole}
-            self.support[words] += len(gold & whole) / len(gold)
+            row[words] = (counted and metrics.holds_answer(context.text, answer), len(gold & whole) / len(gold), context.words)
+        self.rows.append((self.number[qid], counted, row))
 
     def figures(self) -> dict[str, Any]:
-        scored = self.questions - self.yes_no
         out: dict[str, Any] = {}
-        for words in self.budgets:
-            out[f"answer@{words}"] = self.answered[words] / max(scored, 1)
-            out[f"support@{words}"] = self.support[words] / max(self.questions, 1)
-            out[f"mean_words@{words}"] = self.words[words] / max(self.questions, 1)
-        return out | {"questions_scored": scored, "yes_no_left_out": self.yes_no}
+        for half, keep in (("", lambda n: True), ("_odd", lambda n: n % 2 == 1), ("_even", lambda n: n % 2 == 0)):
+            rows = [r for r in self.rows if keep(r[0])]
+            scored = [r for r in rows if r[1]]
+            for words in self.budgets:
+                out[f"answer@{words}{half}"] = sum(r[2][words][0] for r in scored) / max(len(scored), 1)
+                out[f"support@{words}{half}"] = sum(r[2][words][1] for r in rows) / max(len(rows), 1)
+                if not half:
+                    out[f"mean_words@{words}"] = sum(r[2][words][2] for r in rows) / max(len(rows), 1)
+        scored = sum(1 for r in self.rows if r[1])
+        return out | {"questions_scored": scored, "yes_no_left_out": len(self.rows) - scored}
 
 
 def normalize(answer: str) -> str:

@@ -479,7 +479,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 def context_markdown(contexts: dict[str, dict[str, Any]]) -> str:
     """Answer and supporting-fact recall of the packed contexts, per budget."""
-    budgets = sorted(int(k.split("@")[1]) for k in next(iter(contexts.values())) if k.startswith("answer@"))
+    budgets = sorted(int(k.split("@")[1]) for k in next(iter(contexts.values())) if k.startswith("answer@") and k.split("@")[1].isdigit())
     head = ["system", *(f"answer@{w}" for w in budgets), *(f"support@{w}" for w in budgets)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, c in contexts.items():

@@ -31,6 +31,8 @@ TABLES = (
      ("Recall@2", "Recall@10", "Recall@20", "AllGold@2", "AllGold@10", "AllGold@20")),
     ("propsegment.json", "PropSegment (dev, atomic facts: propositions entailing the query)", ("P@1", "R@5", "R@10", "R@20")),
 )
+CONTEXTS = (("hotpotqa.json", "doc"), ("hotpotqa_sentence.json", "sentence"), ("hotpotqa_unit.json", "unit"))
+BUDGETS = (50, 100, 200, 500)
 AGREEMENT = ("agree_scifact.json", "agree_hotpotqa.json")
 AGREED_SYSTEMS = {"bm25": ["--bm25"], "tokens+bm25": ["--hybrid"], "tokens+bm25:hops=2": ["--hybrid", "--hops", "2"]}
 GRAINS = ("single", "tokens", "nugget", "proposition", "proposition:beside=1", "crossthought")
@@ -117,6 +119,38 @@ def grains(folder: Path = RESULTS) -> list[str]:
     return lines
 
 
+def context_rows(folder: Path = RESULTS) -> list[tuple[str, str, dict[str, float]]]:
+    """(system, level, context figures) of every HotpotQA run that packed contexts."""
+    rows = []
+    for name, level in CONTEXTS:
+        result = load(name, folder)
+        for system, s in (result or {}).get("systems", {}).items():
+            if "context" in s:
+                rows.append((system, level, s["context"]))
+    return rows
+
+
+def contexts(folder: Path = RESULTS) -> list[str]:
+    """HotpotQA-600's packed contexts: answer and supporting-fact recall at
+    each budget, every system and level; the best row at 200 words chosen
+    on the odd-numbered questions, and how it holds on the even ones."""
+    rows = context_rows(folder)
+    if not rows:
+        return []
+    files = ", ".join(f"`{n}`" for n, _ in CONTEXTS if load(n, folder) and any("context" in s for s in load(n, folder)["systems"].values()))
+    head = ["system", "level", *(f"answer@{w}" for w in BUDGETS), *(f"support@{w}" for w in BUDGETS)]
+    lines = [f"From {files} (the `--words 50,100,200,500` of their commands). answer@l: the gold answer, normalised as",
+             "HotpotQA's script does, is in the first l words (yes/no questions left out); support@l: the share of supporting",
+             "sentences held whole. The packing is `Index.context`'s.", "", _row(head), "|" + "---|" * len(head)]
+    for system, level, c in rows:
+        lines.append(_row([system, level, *(_f(c.get(f"answer@{w}"), 2, 100) for w in BUDGETS),
+                           *(_f(c.get(f"support@{w}"), 2, 100) for w in BUDGETS)]))
+    best = max(rows, key=lambda r: r[2].get("answer@200_odd", -1))
+    lines += ["", f"Best at 200 words on the odd-numbered questions: `{best[0]}` at {best[1]} level, answer@200 "
+                  f"{100 * best[2]['answer@200_odd']:.2f} there and {100 * best[2]['answer@200_even']:.2f} on the even ones."]
+    return lines
+
+
 def agreement(folder: Path = RESULTS) -> list[str]:
     lines = []
     for name in AGREEMENT:
@@ -168,6 +202,8 @@ def render(folder: Path = RESULTS) -> str:
         if result is None:
             continue
         out += [f"## {heading}", "", *provenance(result, name), *table(result, metrics), ""]
+    if context := contexts(folder):
+        out += ["## Context for a prompt (HotpotQA-600)", "", *context, ""]
     if agree := agreement(folder):
         out += ["## Eval measures the search a user runs", "",
                 "The same systems scored twice: by `propdex eval`, and from the TREC run `propdex search --topics` writes on",
