@@ -40,31 +40,29 @@ MAX_BODY_BYTES = 16 << 20
 MAX_CONTEXT_WORDS = 100_000
 
 
-class SearchRequest(BaseModel):
+class SearchOptions(BaseModel):
+    """What a search request may set beside its queries (SearchSettings' options)."""
+
+    where: dict[str, Any] | None = None
+    hybrid: bool = False
+    fusion: str = "rrf"
+    bm25: bool = False
+    hops: int = 1
+    nprobe: int | None = None
+    window: int | None = None
+
+
+class SearchRequest(SearchOptions):
     queries: list[str] = Field(min_length=1, max_length=MAX_QUERIES)
     k: int = Field(10, ge=1, le=MAX_K)
     level: str = "doc"
-    where: dict[str, Any] | None = None
-    hybrid: bool = False
-    fusion: str = "rrf"
-    bm25: bool = False
-    hops: int = 1
-    nprobe: int | None = None
     rerank: int | None = None
-    window: int | None = None
 
 
-class ContextRequest(BaseModel):
+class ContextRequest(SearchOptions):
     query: str
     words: int = Field(200, ge=1, le=MAX_CONTEXT_WORDS)
     level: str = "sentence"
-    where: dict[str, Any] | None = None
-    hybrid: bool = False
-    fusion: str = "rrf"
-    bm25: bool = False
-    hops: int = 1
-    nprobe: int | None = None
-    window: int | None = None
 
 
 class DocumentsRequest(BaseModel):

@@ -1,0 +1,26 @@
+"""eval/RESULTS.md and README's headline are what the scoreboard's JSON files say."""
+import re
+from pathlib import Path
+
+from propdex.eval import scoreboard
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_scoreboard_is_rendered_from_the_json_files_it_cites():
+    results = (ROOT / "eval" / "RESULTS.md").read_text()
+    assert results == scoreboard.render(), "eval/RESULTS.md is stale: run python -m propdex.eval.scoreboard"
+    assert len(results.splitlines()) <= 300
+    for name in re.findall(r"eval/results/scoreboard/([\w.]+\.json)", results):
+        assert (scoreboard.RESULTS / name).is_file(), name
+    for table, _, _ in scoreboard.TABLES:
+        assert f"eval/results/scoreboard/{table}" in results
+
+
+def test_readmes_headline_is_the_scoreboards_within_its_first_screen():
+    readme = (ROOT / "README.md").read_text()
+    assert readme == scoreboard.readme_with_headline(readme), "README's headline is stale: run python -m propdex.eval.scoreboard"
+    lines = readme.splitlines()
+    end = next(i for i, line in enumerate(lines) if line.startswith("<!-- headline:end"))
+    assert end < 80 and "| `tokens+bm25:hops=2` |" in "\n".join(lines[:end])
+    assert "session" not in readme.lower()
