@@ -576,33 +576,22 @@ class Searcher:
                 for rank, (score, ci, j) in enumerate(rows)]
 
     def _hit(self, rank: int, c: _Candidate, score: float, where: tuple[str, int] | None, window: int | None = None) -> Hit:
+        """The hit for candidate `c`: at document level (`where` None) its
+        passage of `window` units, else the sentence or unit `where` names."""
         store = self.shards[c.shard].store
         doc = store.document(c.ordinal)
         sentences = sentences_of(doc)
-        first, last = c.unit_sentences[:, 0], c.unit_sentences[:, 1]
         passage = None
-        if where is None or where[0] == "sentence":
+        if where is not None and where[0] == "unit":
+            matched, sentence = [where[1]], int(c.unit_sentences[where[1], 0])
+        else:
             if where is None:
-                scores = c.sentence_scores()
-                passage = scoring.best_window(c.sim, c.unit_sentences, window) if window else (0, len(sentences) - 1)
-                if passage is not None and len(scores):
-                    # The hit's sentence is the passage's best.
-                    inside = scores[passage[0]:passage[1] + 1]
-                    sentence = passage[0] + int(np.argmax(inside)) if len(inside) else int(np.argmax(scores))
-                else:
-                    sentence = int(np.argmax(scores)) if len(scores) else 0
+                passage, sentence = _passage(c, window, len(sentences))
             else:
                 sentence = where[1]
-            inside = np.flatnonzero((first <= sentence) & (last >= sentence))
-            # The units that are some query vector's best match inside the sentence.
-            matched = sorted(set(inside[c.sim[:, inside].argmax(axis=1)].tolist())) if len(inside) else []
-        else:
-            matched = [where[1]]
-            sentence = int(first[where[1]])
+            matched = _matched_units(c, sentence)
         sentence = min(sentence, len(sentences) - 1)
-        if passage is None or where is not None:
-            passage = (sentence, sentence)
-        passage = (min(passage[0], len(sentences) - 1), min(passage[1], len(sentences) - 1))
+        passage = passage or (sentence, sentence)
         s_start, s_end = sentences[sentence]
         units = store.units(c.ordinal, matched, doc.id)
         spans = []
@@ -691,3 +680,24 @@ def set_threads(n: int) -> None:
 
 def _text(query: str | Document) -> str:
     return query.text if isinstance(query, Document) else query
+
+
+def _passage(c: _Candidate, window: int | None, n_sentences: int) -> tuple[tuple[int, int] | None, int]:
+    """A document-level hit's passage, its best window (the whole document
+    without one), and its best sentence inside it; (None, best sentence)
+    where no unit covers a sentence."""
+    scores = c.sentence_scores()
+    best = int(np.argmax(scores)) if len(scores) else 0
+    passage = scoring.best_window(c.sim, c.unit_sentences, window) if window else (0, n_sentences - 1)
+    if passage is None or not len(scores):
+        return None, best
+    passage = (min(passage[0], n_sentences - 1), min(passage[1], n_sentences - 1))
+    inside = scores[passage[0]:passage[1] + 1]
+    return passage, passage[0] + int(np.argmax(inside)) if len(inside) else best
+
+
+def _matched_units(c: _Candidate, sentence: int) -> list[int]:
+    """The units that are some query vector's best match inside the sentence."""
+    first, last = c.unit_sentences[:, 0], c.unit_sentences[:, 1]
+    inside = np.flatnonzero((first <= sentence) & (last >= sentence))
+    return sorted(set(inside[c.sim[:, inside].argmax(axis=1)].tolist())) if len(inside) else []
