@@ -191,10 +191,14 @@ def test_hits_carry_the_text_that_matched_and_the_metadata(tmp_path, encoder):
         for level in ("doc", "sentence", "unit"):
             for h in s.search(QUERIES[3], k=3, level=level):
                 doc = by_id[h.doc_id]
-                assert h.text == (doc.text if level == "doc" else h.sentence_text) and h.text
+                # At document level the text is the winning passage, whole sentences of the document.
+                first, last = h.passage
+                assert h.text == (doc.text[doc.sentences[first][0]:doc.sentences[last][1]] if level == "doc" else h.sentence_text) and h.text
+                assert h.sentence_text in h.text and h.document_text == doc.text
                 assert h.metadata == doc.metadata
                 assert h.to_json()["text"] == h.text and h.to_json()["metadata"] == doc.metadata
-        assert all(h.text == by_id[h.doc_id].text for h in s.search(QUERIES[3], k=3, bm25=True))
+        for h in s.search(QUERIES[3], k=3, bm25=True):
+            assert h.sentence_text in h.text and h.text in by_id[h.doc_id].text and len(h.text.split()) <= max(180, len(h.sentence_text.split()))
 
 
 def test_readers_keep_the_records_other_fields(tmp_path):
