@@ -206,3 +206,31 @@ def test_beir_metrics_score_the_ranking_in_the_order_returned():
     task = Task("t", corpus=[], queries=[], gold_docs={"q": {"b"}}, qrels={"q": {"b": 1}})
     returned = Outcome({"q": ["b", "a", "c"]}, {"q": [0.5, 0.9, 0.1]}, [1.0], {})
     assert score(task, "doc", returned)["MRR@10"] == 1.0  # sorted by score, "a" would come first: 0.5
+
+
+@pytest.mark.slow
+def test_context_figures_are_those_of_index_context(tmp_path):
+    """eval --words scores the contexts `Index.context` returns: recomputed
+    from the product's own call, the figures agree question by question."""
+    import propdex
+    from propdex.eval.datasets import load_hotpotqa
+    from propdex.eval.metrics import holds_answer
+
+    result = evaluate("hotpotqa", str(HOTPOT), ["tokens+bm25"], level="sentence", limit=10, work=tmp_path, words=(40, 120))
+    figures = result["systems"]["tokens+bm25"]["context"]
+    task = load_hotpotqa(HOTPOT, limit=10)
+    index = propdex.Index.open(result["systems"]["tokens+bm25"]["index_dir"])
+    for words in (40, 120):
+        answered, scored, support = 0, 0, 0.0
+        for q in task.queries:
+            context = index.context(q.text, words, level="sentence", hybrid=True)
+            assert context.words <= words
+            gold = task.gold_sentences[q.id]
+            support += len(gold & {(c.doc_id, c.sentence) for c in context.citations if c.whole}) / len(gold)
+            if task.answers[q.id].lower() not in ("yes", "no"):
+                scored += 1
+                answered += holds_answer(context.text, task.answers[q.id])
+        assert figures[f"answer@{words}"] == pytest.approx(answered / scored)
+        assert figures[f"support@{words}"] == pytest.approx(support / len(task.queries))
+    assert figures["support@120"] > figures["support@40"]  # more words hold more supporting sentences here
+    index.close()
