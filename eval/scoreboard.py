@@ -92,25 +92,28 @@ def headline(folder: Path = RESULTS) -> list[str]:
 def grains(folder: Path = RESULTS) -> list[str]:
     """What each grain costs and buys, against `single` in the same runs."""
     scifact, hotpot, sentence = (load(n, folder) for n in ("scifact.json", "hotpotqa.json", "hotpotqa_sentence.json"))
-    if not (scifact and hotpot and sentence):
+    if not (scifact and hotpot):
         return []
     lines = []
-    base = {"s": scifact["systems"]["single"], "h": hotpot["systems"]["single"], "t": sentence["systems"]["single"]}
+    at_sentence = sentence["systems"] if sentence else {}
+    base = {"s": scifact["systems"]["single"], "h": hotpot["systems"]["single"], "t": at_sentence.get("single")}
     for grain in GRAINS:
-        s, h, t = scifact["systems"].get(grain), hotpot["systems"].get(grain), sentence["systems"].get(grain)
+        s, h, t = scifact["systems"].get(grain), hotpot["systems"].get(grain), at_sentence.get(grain)
         fs, fh = scifact["systems"].get(f"{grain}+bm25"), hotpot["systems"].get(f"{grain}+bm25:hops=2")
-        if not (s and h and t):
+        if not (s and h):
             continue
         per_doc = s["vectors_per_doc"] * s["all_in_bytes_per_vector"]
         cost = (f"{s['vectors_per_doc']:.1f} vectors and {per_doc / 1024:.1f} KiB a SciFact abstract, "
                 f"{s['latency_ms_p50']:.0f} ms p50 a query")
         if grain == "single":
+            sentences = "" if t is None else f" and {100 * t['metrics']['Recall@10']:.2f} on its sentences"
             buys = (f"nDCG@10 {100 * s['metrics']['nDCG@10']:.2f} on SciFact, Recall@10 {100 * h['metrics']['Recall@10']:.2f} "
-                    f"on HotpotQA documents and {100 * t['metrics']['Recall@10']:.2f} on its sentences")
+                    f"on HotpotQA documents{sentences}")
         else:
+            sentences = "" if t is None or base["t"] is None else \
+                f" and {100 * (t['metrics']['Recall@10'] - base['t']['metrics']['Recall@10']):+.2f} on its sentences"
             buys = (f"against `single`, nDCG@10 {100 * (s['metrics']['nDCG@10'] - base['s']['metrics']['nDCG@10']):+.2f} on SciFact, "
-                    f"Recall@10 {100 * (h['metrics']['Recall@10'] - base['h']['metrics']['Recall@10']):+.2f} on HotpotQA documents and "
-                    f"{100 * (t['metrics']['Recall@10'] - base['t']['metrics']['Recall@10']):+.2f} on its sentences")
+                    f"Recall@10 {100 * (h['metrics']['Recall@10'] - base['h']['metrics']['Recall@10']):+.2f} on HotpotQA documents{sentences}")
         fused = ""
         if fs and fh:
             fused = (f"; fused with BM25, {100 * fs['metrics']['nDCG@10']:.2f} nDCG@10 on SciFact, and with the second hop "
