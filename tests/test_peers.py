@@ -291,3 +291,20 @@ def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs
     before = manifest.stat().st_mtime_ns
     assert main(args) == 0
     assert manifest.stat().st_mtime_ns == before
+
+
+@pytest.mark.slow
+def test_bench_runs_its_default_sections_on_a_small_corpus(tmp_path):
+    """The sections `propdex bench` runs when none are named, end to end, so
+    that a fault in any of them (or between them) cannot land unseen."""
+    from propdex.eval import bench
+
+    corpus = tiny_beir(tmp_path / "beir", 40)
+    out = tmp_path / "bench.json"
+    assert main(["-q", "bench", "--corpus", str(corpus), "--work", str(tmp_path / "work"), "--out", str(out),
+                 "--throughput-docs", "20", "--queries", "8", "--recall-queries", "4", "--runtime-docs", "12",
+                 "--runtime-repeats", "1", "--runtimes", "torch,onnx"]) == 0
+    result = json.loads(out.read_text())
+    assert set(bench.DEFAULT_SECTIONS) <= set(result)
+    assert result["size"]["documents"] == 40 and result["size"]["vectors_per_doc"] > 1
+    assert result["search"]["latency_ms_p50"] > 0 and result["throughput"]["docs"] == 20
