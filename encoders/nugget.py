@@ -8,8 +8,8 @@ Two ways to choose them:
   states, untouched. The n tokens `tokens` would keep are cut into k
   contiguous runs of near-equal length, cuts moved onto word starts
   (`even_cuts`), and a nugget is the mean of its run. Nothing trained can
-  move the geometry MaxSim relies on; at a quarter of `tokens`' vectors this
-  keeps its quality (eval/RESULTS.md, issue 15).
+  move the geometry MaxSim relies on: a run's mean stays in the space the
+  query's token vectors search.
 - Trained (`weights="lora"`, "ae" or a directory): the paper's model. A
   scorer FFN reads the hidden states after layer l and keeps the k
   best-scoring tokens (n counts every real token, specials included;

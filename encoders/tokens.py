@@ -1,7 +1,7 @@
 """`tokens`: one vector per token, ColBERT-style late interaction.
 
-Two ways to store fewer vectors per passage, both measured against nuggets
-(eval/RESULTS.md) at the same budget:
+Two ways to store fewer vectors per passage, baselines for nuggets at the
+same budget:
 - `pool=F`: token pooling (Clavie et al. 2024): a passage's token vectors are
   clustered hierarchically (Ward linkage on cosine distance) into ceil(n / F)
   clusters; each cluster's mean, normalised, is one vector whose unit spans

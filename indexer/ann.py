@@ -78,16 +78,12 @@ def default_factory(n_vectors: int, dim: int, store: str = "float16", code_bytes
     """Flat for tiny corpora, else IVF + PQ.
 
     Beside a float16 copy (`store="float16"`), PQ codes only route stage
-    1, which stage 2 re-scores exactly: nlist ~ 4 sqrt(N), no OPQ rotation,
-    whose training costs minutes (324 s against 46 s for IVF4096,PQ96 on
-    SciFact `tokens`, 2 cores), and 4-bit codes of 4 dimensions each
-    (dim/8 bytes) that FAISS scans with SIMD (`x4fs`, fast scan): a
-    multi-vector query scans ~100k codes, and against 8-bit PQ96 the p50
-    at one thread fell from 31.9 to 22.6 ms on SciFact `tokens` (ONNX
-    queries, whole documents; nDCG@10 70.81 and 70.73) and from 42.5 to
-    36.4 ms on HotpotQA-600 (R@10 87.08 and 87.42) (eval/RESULTS.md,
-    "Stage 1 on fast-scan codes"). When stage 2 reads the codes
-    (`store="codes"`), they are what it scores: `codes_factory`.
+    1, which stage 2 re-scores exactly: nlist ~ 4 sqrt(N), no OPQ rotation
+    (its training costs minutes and stage 2 corrects what it would gain),
+    and 4-bit codes of 4 dimensions each (dim/8 bytes) that FAISS scans
+    with SIMD (`x4fs`, fast scan), since a multi-vector query scans about
+    100k codes and the scan is most of stage 1. When stage 2 reads the
+    codes (`store="codes"`), they are what it scores: `codes_factory`.
     """
     if n_vectors < FLAT_BELOW:
         return "Flat"
@@ -105,22 +101,18 @@ def codes_factory(n_vectors: int, dim: int, code_bytes: int = CODE_BYTES) -> str
     shard keeps FAISS's standalone codes, `CODES_FILE`, and no 8-byte ids)
     and its codes; the coarse centroids
     (nlist x dim float32), the OPQ matrix and the PQ codebooks are shared,
-    so they cost less a vector the larger the corpus. Measured on 610k
-    HotpotQA token vectors (eval/RESULTS.md, "Codes on HotpotQA with fewer
-    lists", "Codes that fill a byte budget"): ~sqrt(N) lists (1,024) beat
-    4 sqrt(N) (4,096), whose centroids took a tenth of 100 bytes; and the
-    OPQ keeps about 80% of the rotated dimensions, never fewer than 4 a code
-    (MiniLM's variance sits in few of them): at ~100 bytes 88 codes of 4
-    dims lost 0.50 Recall@10 where 64 codes of 6 (all 384) lost 0.91; at
-    ~50 bytes 38 codes of 8 dims lost 3.16, of 4 dims 3.83.
+    so they cost less a vector the larger the corpus. About sqrt(N) lists,
+    since 4 sqrt(N) centroids would eat a tenth of the budget; and the OPQ
+    keeps about 80% of the rotated dimensions, never fewer than 4 a code,
+    since MiniLM's variance sits in few of them: finer codes of the
+    dimensions that matter beat coarse codes of all of them.
 
     Where the budget holds 4 bits for every 2 of at least 80% of the
     dimensions, the codes are 4-bit, two to a byte (`OPQ{2m},...,PQ{2m}x4`
     at m bytes): stage 1 scans them
     with fast-scan SIMD (`fast_scan`) and stage 2 decodes them a byte at a
-    time (`_byte_codec`). On SciFact `tokens` 192 4-bit codes ranked as 96
-    8-bit ones did (nDCG@10 71.91 and 72.05), and a query's stage 1 took
-    2.9 ms against 9.0 (eval/RESULTS.md, "Codes of 4 bits").
+    time (`_byte_codec`): they rank as the 8-bit codes of the same bytes
+    do, and stage 1 scans them several times faster.
     """
     nlist = _lists(n_vectors, math.sqrt(n_vectors))
     shared_centroids = 4 * dim * nlist
@@ -339,9 +331,7 @@ def fast_scan(ivf: "faiss.IndexIVFPQ") -> faiss.Index:
     The codes are filled into a plain IVF-PQ first and converted: FAISS
     1.15.1 has no safe way to add codes to a fast-scan index (its
     add_sa_codes packs them wrongly, and a fast-scan codec read back from
-    its file decodes through a null pointer). Stage 1 of a SciFact `tokens`
-    query took 2.9 ms over these codes, against 9.0 ms over the 8-bit codes
-    of the same size (eval/RESULTS.md, "Codes of 4 bits"). The fast index
+    its file decodes through a null pointer). The fast index
     uses `ivf`'s coarse quantizer, which it does not own, and keeps `ivf`
     (its lists emptied) alive."""
     if not _four_bit(ivf):

@@ -23,10 +23,9 @@ from . import ann
 #   index holds each vector once. The float16 copy serves the build and is
 #   removed once a shard's ANN index is committed.
 #   Unless a factory is given, the codes fill `code_bytes` a vector, all in
-#   (ann.default_factory). codes are the default store: at 100 bytes a
-#   vector they score within 0.5 of exact MaxSim on SciFact and
-#   HotpotQA-600, where the float16 copy costs 880 (eval/RESULTS.md, "A
-#   page that never changes with k"); under 50k vectors both are exact.
+#   (ann.default_factory). codes are the default store: they rank close to
+#   exact MaxSim at about a ninth of the float16 copy's bytes; under 50k
+#   vectors both are exact.
 STORES = ("float16", "codes")
 
 

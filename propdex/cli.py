@@ -55,7 +55,7 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--token", default=os.environ.get("PROPDEX_TOKEN"), help="bearer token the write routes require (default: $PROPDEX_TOKEN)")
     p.add_argument("--threads", type=int, default=1,
                    help="FAISS and torch threads per worker (default 1: concurrent requests are the parallelism, and on 2 cores "
-                        "one thread served single queries 1.8x faster, eval/RESULTS.md 'Serving'; 0: their own default, one per core)")
+                        "threads would only contend; 0: their own default, one per core)")
     p.add_argument("--device", default="auto")
     p.add_argument("--runtime", default="torch", choices=RUNTIMES,
                    help="what runs the query encoder's backbone on a CPU (onnx: under half eager torch's time a query)")

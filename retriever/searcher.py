@@ -230,7 +230,7 @@ class Searcher:
         document's text, and its documents take every HOP_EVERY-th place of
         the ranking (retriever.fusion.interleave), at sentence level each by
         its best sentence (`best_sentences`); their hits say `hop=2` and carry
-        their BM25 score. Measured in eval/RESULTS.md (`:hops=2` systems).
+        their BM25 score.
 
         `where` keeps the documents whose metadata matches every field:
         `{"year": 2021, "source": ["arxiv", "pmc"]}` is year 2021 and source
@@ -241,8 +241,7 @@ class Searcher:
         as its best window of consecutive sentences holding at most this
         many vectors. The default is the encoder's passage (`self.window`,
         254 token vectors for `tokens` on MiniLM), since whole-document
-        MaxSim ranks long documents first (eval/RESULTS.md, "A document's
-        best window"); `window=0` scores whole documents."""
+        MaxSim ranks long documents first; `window=0` scores whole documents."""
         settings = SearchSettings.of(k=k, level=level, **options)
         for q in queries:
             if not _text(q).strip():
@@ -617,22 +616,13 @@ class Searcher:
 
 
 def default_nprobe(query_vectors: int, lists: int = 4096) -> int:
-    """IVF lists probed per query vector unless asked: a query of one vector
-    must find every candidate with it (measured on HotpotQA-600
-    propositions, IVF2048: 32 lists lose 1.8 R@10 to exact search, 128 lose
-    0.2); the vectors of a multi-vector query find a document together:
-    16 of 4,096 lists each lose nothing on SciFact `tokens` against 32, in
-    three quarters of the time (eval/RESULTS.md, "Stage 2 and the search
-    defaults"), and so do 4 of the 1,024 larger lists of the codes store,
-    on SciFact and HotpotQA-600 ("Standalone codes"). So a query vector
-    probes 1/256 of the lists, at least 4 and never more than the 16
-    measured. A one-vector query probes 512 lists, or all of a smaller
-    index's: beside its passage, a proposition's vector lies with its
-    passage's, and on SciFact's train queries 512 lists scored over 128
-    for `proposition:context=passage:beside=1` by 0.49 nDCG@10 of IVF2048
-    beside a float16 copy ("One-vector queries over many vectors a
-    document") and by 0.29 of the codes store's IVF512 ("Codes, the
-    default store")."""
+    """IVF lists probed per query vector unless asked. The vectors of a
+    multi-vector query find a document together, so each may miss what the
+    others find: 1/256 of the lists, at least 4 and at most 16. A one-vector
+    query must find every candidate by itself, and a proposition's vector
+    lies near its passage's and its siblings': 512 lists, or all of a smaller
+    index's. Chosen on training queries (SciFact's train split), never on a
+    reported split; eval/notebook/ keeps the sweeps."""
     if query_vectors > 1:
         return min(16, max(4, lists // 256))
     return min(512, max(lists, 128))
@@ -641,14 +631,10 @@ def default_nprobe(query_vectors: int, lists: int = 4096) -> int:
 def default_candidates(k: int, query_vectors: int, rerank: int, vectors_per_doc: float) -> int:
     """Stage-1 hits per query vector unless asked. A multi-vector query
     spreads its budget over its vectors: 64 each. A one-vector query must
-    name its `rerank` documents by itself, and an index of many vectors a
-    document (propositions: 46 on SciFact) spends its hits on a few
-    documents' units: at 100 hits, SciFact's train queries lost 1.1
-    nDCG@10 on `proposition:context=passage:beside=1` and 0.9 on
-    `proposition:beside=1` to 300 (1,000 and 3,000 scored as 300 did;
-    eval/RESULTS.md, "One-vector queries over many vectors a document").
-    So it asks for up to 16 hits a document it re-scores, and never fewer
-    than 100 or 10k."""
+    name its `rerank` documents by itself, and in an index of many vectors
+    a document (propositions) its hits crowd onto a few documents' units:
+    it asks for up to 16 hits a document it re-scores, and never fewer than
+    100 or 10k."""
     if query_vectors > 1:
         return 64
     return max(100, 10 * k, rerank * min(16, math.ceil(vectors_per_doc)))
@@ -660,13 +646,10 @@ def default_rerank(query_vectors: int = 1) -> int:
     scores up to 2k and ranks the others after them: the first page never
     changes with k (Vespa's second phase keeps a fixed rerank-count for the
     same reason), and a deep ranking's top 10 is a top 10's. A multi-vector
-    query ranks 32 first: chosen on SciFact's train queries (nDCG@10 at 64 /
-    48 / 32 / 24 documents: float16 store 70.86 / 70.84 / 71.06 / 71.38,
-    codes 70.54 / 70.58 / 70.86 / 70.82), since the fewer stage-1
-    near-misses MaxSim sees, the fewer it ranks in by accident; and stage 2
-    is most of a query's time (eval/RESULTS.md, "Fewer documents
-    re-scored"). A one-vector query ranks 64, as PLAID decompresses 64 of
-    its 256 candidates: nothing measured fewer there."""
+    query ranks 32 first: the fewer stage-1 near-misses MaxSim sees, the
+    fewer it ranks in by accident, and stage 2 is most of a query's time
+    (chosen on SciFact's train queries). A one-vector query ranks 64, as
+    PLAID decompresses 64 of its 256 candidates."""
     return 32 if query_vectors > 1 else 64
 
 
