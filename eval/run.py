@@ -495,9 +495,9 @@ def top1_markdown(top1: dict[str, dict[str, int]]) -> str:
             "P@1 past siblings", "siblings holding the query"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, counts in top1.items():
-        past = counts.get("gold_past_siblings")  # absent from files written before session 46
+        past = counts.get("gold_past_siblings")  # absent from older results files
         share = None if past is None else 100 * past / sum(counts[o] for o in TOP1_ORIGINS)
-        holding = counts.get("sibling_contains_query")  # absent from files written before session 47
+        holding = counts.get("sibling_contains_query")  # absent from older results files
         cells = [name, *(str(counts[o]) for o in TOP1_ORIGINS), _fmt(share, 2), "–" if holding is None else str(holding)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
