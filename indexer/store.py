@@ -348,6 +348,19 @@ class ShardStore:
             parts = [np.frombuffer(raw, dtype=np.int32) for v in values if (raw := txn.get(metadata_key(field, v))) is not None]
         return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int32)
 
+    def field_values(self, field: str) -> Iterator[tuple[Scalar, np.ndarray]]:
+        """Every value a metadata field holds in this shard, with the
+        ordinals of the documents that hold it (a cursor over its postings)."""
+        prefix = b"meta/" + field.encode() + b"\0"
+        with self.env.begin() as txn:
+            cursor = txn.cursor()
+            if not cursor.set_range(prefix):
+                return
+            for key, raw in cursor:
+                if not key.startswith(prefix):
+                    return
+                yield json.loads(key[len(prefix):]), np.frombuffer(raw, dtype=np.int32)
+
     def doc_ids(self) -> Iterator[str]:
         for doc_id, _ in self.id_ordinals():
             yield doc_id

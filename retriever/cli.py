@@ -13,7 +13,7 @@ from propdex.indexer import integrity
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.settings import store_of
 
-from . import trec
+from . import filters, trec
 from .fusion import METHODS as FUSIONS
 from .searcher import LEVELS, Searcher
 from .settings import SearchSettings
@@ -49,7 +49,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="2: ask BM25 again with the question and the best document, for multi-hop questions (document level)")
     p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE", type=where_clause,
                    help="keep documents whose metadata FIELD equals VALUE (JSON: year=2021, tag='[\"a\",\"b\"]' for any of a list; "
-                        "else text); repeat to require several")
+                        "else text), or year>=2020, year<2024, team!=web, path^=/notes/ (a prefix); repeat to require several")
     p.add_argument("--threads", type=int, help="FAISS and torch threads (default: theirs, one per core)")
     p.add_argument("--device", default="auto")
     p.add_argument("--runtime", default="torch", choices=RUNTIMES, help="what runs the query encoder's backbone on a CPU")
@@ -70,7 +70,7 @@ def search_options(args: argparse.Namespace) -> dict:
     """The SearchSettings the flags name."""
     level = args.level or ("sentence" if args.context is not None else "doc")
     return {"k": args.k, "level": level, "candidates": args.candidates, "rerank": args.rerank, "hybrid": args.hybrid,
-            "bm25": args.bm25, "fusion": args.fusion, "hops": args.hops, "window": args.window, "where": dict(args.where) or None}
+            "bm25": args.bm25, "fusion": args.fusion, "hops": args.hops, "window": args.window, "where": filters.from_clauses(args.where)}
 
 
 def run_search(args: argparse.Namespace) -> int:
@@ -154,16 +154,12 @@ def run_topics(args: argparse.Namespace) -> int:
     return 0
 
 
-def where_clause(text: str) -> tuple[str, object]:
-    """FIELD=VALUE, the value read as JSON where it is JSON (2021, true,
-    ["a", "b"]) and as text otherwise."""
-    field, sep, value = text.partition("=")
-    if not sep or not field:
-        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {text!r}")
+def where_clause(text: str) -> tuple[str, str, object]:
+    """A --where clause: FIELD=VALUE, FIELD>=VALUE, ... (retriever.filters.cli_clause)."""
     try:
-        return field, json.loads(value)
-    except json.JSONDecodeError:
-        return field, value
+        return filters.cli_clause(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def highlight(text: str, spans: list[tuple[int, int]]) -> str:

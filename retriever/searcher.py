@@ -33,7 +33,7 @@ from propdex.indexer import ann, integrity, lexical
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.store import ShardStore, read_deleted
 
-from . import fusion, scoring
+from . import filters, fusion, scoring
 from .context import CONTEXT_K, Context, pack
 from .hits import Hit, lexical_hit, passage_text, sentences_of
 from .hybrid import FUSION_DEPTH, Lexical, fuse_with_lexical, hop_order
@@ -232,10 +232,11 @@ class Searcher:
         its best sentence (`best_sentences`); their hits say `hop=2` and carry
         their BM25 score.
 
-        `where` keeps the documents whose metadata matches every field:
-        `{"year": 2021, "source": ["arxiv", "pmc"]}` is year 2021 and source
-        arxiv or pmc; a field holding a list matches any of its elements. It
-        acts before aggregation, so k matching documents give k hits.
+        `where` keeps the documents whose metadata meets every condition
+        (retriever.filters): `{"year": {">=": 2020}, "source": ["arxiv",
+        "pmc"], "path": {"prefix": "/notes/"}, "team": {"!=": "web"}}`; a
+        field holding a list matches any of its elements. It acts before
+        aggregation, so k matching documents give k hits.
 
         `window` bounds what a multi-vector query matches: a document scores
         as its best window of consecutive sentences holding at most this
@@ -424,9 +425,8 @@ class Searcher:
         out = []
         for shard in self.shards:
             mask = shard.live
-            for name, values in fields.items():
-                match = np.zeros(len(shard.store), dtype=bool)
-                match[shard.store.matching(name, values)] = True
+            for name, conditions in fields.items():
+                match = filters.allowed_documents(shard.store, name, conditions)
                 mask = match if mask is None else mask & match
             out.append(mask)
         return out

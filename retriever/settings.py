@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from propdex.encoders.spec import convert
-from propdex.indexer.store import metadata_values
 
+from .filters import parse_where
 from .fusion import METHODS as FUSIONS
 
 Level = Literal["doc", "sentence", "unit"]
@@ -36,7 +36,7 @@ class SearchSettings:
     # most this many units; None: the encoder's passage (Encoder.passage_units),
     # 0: the whole document.
     window: int | None = None
-    where: Mapping[str, tuple[Any, ...]] | None = None  # metadata field -> values, any of which matches
+    where: Mapping[str, Any] | None = None  # metadata filter (retriever.filters): field -> value(s) or {operator: value}
 
     def __post_init__(self) -> None:
         for name in ("k", "nprobe", "candidates", "rerank", "hops", "hybrid", "bm25", "window"):
@@ -60,7 +60,7 @@ class SearchSettings:
             raise ValueError("choose hybrid or bm25, not both")
         if self.bm25 and self.level != "doc":
             raise ValueError("BM25 alone ranks documents: use level='doc', or hybrid=True for sentences and units")
-        object.__setattr__(self, "where", _where(self.where))
+        object.__setattr__(self, "where", parse_where(self.where))
 
     @classmethod
     def of(cls, **options: Any) -> "SearchSettings":
@@ -70,21 +70,3 @@ class SearchSettings:
         if unknown:
             raise ValueError(f"unknown search option {unknown[0]!r}; the options are {', '.join(sorted(known))}")
         return cls(**options)
-
-
-def _where(where: Mapping[str, Any] | None) -> dict[str, tuple[Any, ...]] | None:
-    """A validated filter: field -> the values any of which matches (None: no filter)."""
-    if where is None:
-        return None
-    if not isinstance(where, Mapping):
-        raise ValueError(f"where must map metadata fields to values, got {type(where).__name__}")
-    out = {}
-    for field, value in where.items():
-        if not isinstance(field, str) or not field:
-            raise ValueError(f"where: field names are non-empty strings, got {field!r}")
-        values = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
-        scalars = metadata_values(values)
-        if len(scalars) != len(values) or not values:
-            raise ValueError(f"where[{field!r}]: give a string, number, bool or null, or a non-empty list of them; got {value!r}")
-        out[field] = tuple(scalars)
-    return out or None
