@@ -81,41 +81,34 @@ def _merge(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _render(taken: dict[str, dict[int, list[tuple[int, int]]]], docs: dict[str, Hit], budget: int) -> Context:
-    parts: list[str] = []
-    citations: list[Citation] = []
-    at = 0
-
-    def put(text: str) -> int:
-        nonlocal at
-        start = at
-        parts.append(text)
-        at += len(text)
-        return start
-
-    for n, (doc_id, by_sentence) in enumerate(taken.items()):
-        hit = docs[doc_id]
-        doc = hit.document
-        assert doc is not None
-        sentences = sentences_of(doc)
-        if n:
-            put("\n\n")
-        if hit.title:
-            put(hit.title + "\n")
-        previous = None
-        for s in sorted(by_sentence):
-            a_s, b_s = sentences[s]
-            spans = _merge(by_sentence[s])
-            if previous is not None:
-                put(" " if s == previous + 1 else GAP)
-            for i, (a, b) in enumerate(spans):
-                if i:
-                    put(GAP)
-                start = put(doc.text[a:b].strip())
-                citations.append(Citation(doc_id, hit.title, s, a, b, start, _covers(doc.text, spans, a_s, b_s)))
-            previous = s
-    text = "".join(parts)
-    return Context(text, len(text.split()), budget, tuple(citations))
+def _block(hit: Hit, by_sentence: dict[int, list[tuple[int, int]]]) -> tuple[str, list[tuple[int, int, int, int, bool]]]:
+    """One document's part of the context: its title, then its pieces in
+    document order; and (sentence, start, end, offset in the block, whole)
+    for each piece."""
+    doc = hit.document
+    assert doc is not None
+    sentences = sentences_of(doc)
+    parts: list[str] = [hit.title + "\n"] if hit.title else []
+    at = len(parts[0]) if parts else 0
+    pieces = []
+    previous = None
+    for s in sorted(by_sentence):
+        spans = _merge(by_sentence[s])
+        whole = _covers(doc.text, spans, *sentences[s])
+        if previous is not None:
+            gap = " " if s == previous + 1 else GAP
+            parts.append(gap)
+            at += len(gap)
+        for i, (a, b) in enumerate(spans):
+            if i:
+                parts.append(GAP)
+                at += len(GAP)
+            text = doc.text[a:b].strip()
+            pieces.append((s, a, b, at, whole))
+            parts.append(text)
+            at += len(text)
+        previous = s
+    return "".join(parts), pieces
 
 
 def _covers(text: str, spans: Sequence[tuple[int, int]], a: int, b: int) -> bool:
@@ -133,18 +126,34 @@ def pack(hits: Sequence[Hit], words: int, level: str = "sentence") -> Context:
         raise ValueError(f"a context needs a budget of at least 1 word, got {words}")
     taken: dict[str, dict[int, list[tuple[int, int]]]] = {}
     docs: dict[str, Hit] = {}
-    current = _render(taken, docs, words)
+    used: dict[str, int] = {}  # words of each document's block
+    total = 0
     for hit in hits:
         for sentence, spans in _pieces(hit, level):
             have = taken.get(hit.doc_id, {}).get(sentence, [])
             if _merge(have) == _merge([*have, *spans]):
                 continue  # nothing new
-            trial = {d: {s: list(v) for s, v in by.items()} for d, by in taken.items()}
-            trial.setdefault(hit.doc_id, {}).setdefault(sentence, []).extend(spans)
-            candidate = _render(trial, docs | {hit.doc_id: docs.get(hit.doc_id, hit)}, words)
-            if candidate.words <= words:
-                taken, current = trial, candidate
+            trial = {s: list(v) for s, v in taken.get(hit.doc_id, {}).items()}
+            trial.setdefault(sentence, []).extend(spans)
+            block_words = len(_block(docs.get(hit.doc_id, hit), trial)[0].split())
+            if total - used.get(hit.doc_id, 0) + block_words <= words:
+                total += block_words - used.get(hit.doc_id, 0)
+                taken[hit.doc_id], used[hit.doc_id] = trial, block_words
                 docs.setdefault(hit.doc_id, hit)
-        if current.words >= words:
+        if total >= words:
             break
-    return current
+    return _assemble(taken, docs, words)
+
+
+def _assemble(taken: dict[str, dict[int, list[tuple[int, int]]]], docs: dict[str, Hit], budget: int) -> Context:
+    """The context's text, documents in the order their first piece was taken, and its citations."""
+    blocks, citations, at = [], [], 0
+    for doc_id, by_sentence in taken.items():
+        text, pieces = _block(docs[doc_id], by_sentence)
+        if blocks:
+            at += 2  # "\n\n"
+        citations += [Citation(doc_id, docs[doc_id].title, s, a, b, at + offset, whole) for s, a, b, offset, whole in pieces]
+        blocks.append(text)
+        at += len(text)
+    text = "\n\n".join(blocks)
+    return Context(text, len(text.split()), budget, tuple(citations))
