@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from propdex.index import Index
     from propdex.indexer.build import IndexWriter
     from propdex.indexer.readers import read_corpus
+    from propdex.retriever.context import Context
     from propdex.retriever.hits import Hit
     from propdex.retriever.searcher import Searcher
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "Index": "propdex.index",
     "Hit": "propdex.retriever.hits",
+    "Context": "propdex.retriever.context",
     "Searcher": "propdex.retriever.searcher",
     "IndexWriter": "propdex.indexer.build",
     "read_corpus": "propdex.indexer.readers",
@@ -43,4 +45,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'propdex' has no attribute {name!r}")
 
 
-__all__ = ["Document", "Hit", "Index", "IndexWriter", "Searcher", "load_encoder", "read_corpus", "__version__"]
+__all__ = ["Context", "Document", "Hit", "Index", "IndexWriter", "Searcher", "load_encoder", "read_corpus", "__version__"]
