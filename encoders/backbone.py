@@ -20,6 +20,7 @@ import transformers
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
 from . import DEFAULT_BACKBONE
+from .recipe import Recipe, read_recipe
 from .runtime import OnnxSession, check_runtime
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class Backbone:
     state_cache_hits: int = 0
     # What runs the frozen forward pass (encoders/runtime.py): torch, onnx or onnx-int8.
     runtime: str = "torch"
+    recipe: Recipe = Recipe("")  # the checkpoint's own recipe, where propdex follows it (encoders/recipe.py)
 
     @classmethod
     def load(cls, name: str = DEFAULT_BACKBONE, device: str = "auto", max_length: int | None = None,
@@ -88,6 +90,8 @@ class Backbone:
         gradients through the backbone loads it in float32 and runs under
         `autocast`."""
         source = resolve_backbone(name)
+        # A checkpoint whose own recipe (pooling, prompts, projection) propdex cannot follow is refused here.
+        recipe = read_recipe(source) if isinstance(source, Path) else Recipe("")
         dev = pick_device(device)
         check_runtime(runtime, dev)
         transformers.utils.logging.disable_progress_bar()  # one bar per build is ours to show
@@ -108,7 +112,8 @@ class Backbone:
             raise ValueError(f"backbone {name!r} has no fast tokenizer; character offsets need one")
         dtype = dtype or (_half() if dev.type == "cuda" else torch.float32)
         model = model.to(dev, dtype).eval()
-        return cls(name, model, tokenizer, dev, max_length or _default_max_length(source, tokenizer, model), str(source), runtime=runtime)
+        return cls(name, model, tokenizer, dev, max_length or _default_max_length(source, tokenizer, model), str(source), runtime=runtime,
+                   recipe=recipe)
 
     @cached_property
     def session(self) -> "OnnxSession":
