@@ -207,13 +207,15 @@ class Index:
         with self._reading() as searcher:
             return searcher.search(query, k=k, level=level, where=where, **options)
 
-    def context(self, query: str, words: int = 200, level: Level = "sentence", *, where: Mapping[str, Any] | None = None,
+    def context(self, query: str, words: int = 200, level: Level | None = None, *, where: Mapping[str, Any] | None = None,
                 **options: Any) -> Context:
         """The best units for `query` packed into at most `words` words, for a
         prompt: overlapping and repeated units merged, each document's pieces
         in document order under its title, every piece cited (doc id,
         sentence, characters). `str(context)` is the text; `options` are
-        search's (hybrid, hops, ...)."""
+        search's (hybrid, hops, ...); unless given, a context is searched at
+        sentence level, fused with BM25, with the second hop
+        (retriever.context.CONTEXT_DEFAULTS)."""
         with self._reading() as searcher:
             return searcher.context(query, words, level, where=where, **options)
 

@@ -62,7 +62,9 @@ class SearchRequest(SearchOptions):
 class ContextRequest(SearchOptions):
     query: str
     words: int = Field(200, ge=1, le=MAX_CONTEXT_WORDS)
-    level: str = "sentence"
+    level: str | None = None  # None, hybrid None, hops None: Index.context's defaults
+    hybrid: bool | None = None
+    hops: int | None = None
 
 
 class DocumentsRequest(BaseModel):

@@ -30,7 +30,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tag", default="propdex", help="the run's tag column (default propdex)")
     p.add_argument("--batch-size", type=int, default=32, help="queries searched at once with --topics (default 32)")
     p.add_argument("--context", type=int, metavar="WORDS", help="print the best hits packed into a prompt of at most WORDS "
-                                                                "words, each piece cited (default level: sentence)")
+                                                                "words, each piece cited (unless told: sentences, --hybrid, --hops 2)")
     p.add_argument("-k", type=int, default=10, help="number of results (default 10)")
     p.add_argument("--level", choices=LEVELS, help="doc (default), sentence or unit; with --context, sentence")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -45,7 +45,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--bm25", action="store_true", help="answer from the index's BM25 alone (document level)")
     p.add_argument("--fusion", default="rrf", choices=FUSIONS,
                    help="how --hybrid fuses: rrf (reciprocal rank fusion, default) or minmax (sums of min-max normalised scores)")
-    p.add_argument("--hops", type=int, default=1, choices=(1, 2),
+    p.add_argument("--hops", type=int, choices=(1, 2),
                    help="2: ask BM25 again with the question and the best document, for multi-hop questions (document level)")
     p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE", type=where_clause,
                    help="keep documents whose metadata FIELD equals VALUE (JSON: year=2021, tag='[\"a\",\"b\"]' for any of a list; "
@@ -70,7 +70,7 @@ def search_options(args: argparse.Namespace) -> dict:
     """The SearchSettings the flags name."""
     level = args.level or ("sentence" if args.context is not None else "doc")
     return {"k": args.k, "level": level, "candidates": args.candidates, "rerank": args.rerank, "hybrid": args.hybrid,
-            "bm25": args.bm25, "fusion": args.fusion, "hops": args.hops, "window": args.window, "where": filters.from_clauses(args.where)}
+            "bm25": args.bm25, "fusion": args.fusion, "hops": args.hops or 1, "window": args.window, "where": filters.from_clauses(args.where)}
 
 
 def run_search(args: argparse.Namespace) -> int:
@@ -110,9 +110,11 @@ def print_context(args: argparse.Namespace, options: dict) -> int:
     """The packed context, then its citations (or JSON)."""
     if args.context < 1:
         raise ValueError("--context takes a budget of at least 1 word")
-    options.pop("k")
+    # What the flags say; the rest is Index.context's defaults (retriever.context.CONTEXT_DEFAULTS).
+    options = {k: v for k, v in options.items() if k not in ("k", "level", "hybrid", "hops")}
+    options |= ({"hybrid": True} if args.hybrid else {}) | ({"hops": args.hops} if args.hops else {})
     with Searcher.load(args.index, device=args.device, nprobe=args.nprobe, threads=args.threads, runtime=args.runtime) as searcher:
-        context = searcher.context(args.query, args.context, **options)
+        context = searcher.context(args.query, args.context, args.level, **options)
     if args.json:
         print(json.dumps({"query": args.query, **context.to_json()}, ensure_ascii=False, indent=1))
         return 0

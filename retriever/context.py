@@ -26,6 +26,22 @@ from .hits import Hit, sentences_of
 GAP = " ... "
 # Hits a context is packed from: enough sentences or units for a few hundred words.
 CONTEXT_K = 100
+# How a context searches unless told otherwise: sentences, fused with BM25,
+# with the second hop. It put the most answers into 200 words on HotpotQA's
+# odd-numbered questions and held on the even ones (eval/RESULTS.md,
+# "Context for a prompt"); a single-hop question loses little to the hop.
+CONTEXT_DEFAULTS = {"level": "sentence", "hybrid": True, "hops": 2}
+
+
+def context_settings(level: str | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The level and search options of a context: CONTEXT_DEFAULTS where the
+    caller says nothing (no hybrid default beside bm25, no hop below
+    sentences), the caller's own options otherwise."""
+    level = level or CONTEXT_DEFAULTS["level"]
+    defaults = {} if options.get("bm25") else {"hybrid": CONTEXT_DEFAULTS["hybrid"]}
+    if level != "unit":
+        defaults["hops"] = CONTEXT_DEFAULTS["hops"]
+    return level, {**defaults, **options}
 
 
 @dataclass(frozen=True)

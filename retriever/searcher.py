@@ -34,7 +34,7 @@ from propdex.indexer.manifest import read_manifest
 from propdex.indexer.store import ShardStore, read_deleted
 
 from . import filters, fusion, scoring
-from .context import CONTEXT_K, Context, pack
+from .context import CONTEXT_K, Context, context_settings, pack
 from .hits import Hit, lexical_hit, passage_text, sentences_of
 from .hybrid import FUSION_DEPTH, Lexical, fuse_with_lexical, hop_order
 from .settings import LEVELS, Level, SearchSettings  # noqa: F401 (LEVELS: re-exported)
@@ -189,16 +189,18 @@ class Searcher:
     def search(self, query: str | Document, k: int = 10, level: Level = "doc", **options: Any) -> list[Hit]:
         return self.search_batch([query], k=k, level=level, **options)[0]
 
-    def context(self, query: str, words: int = 200, level: Level = "sentence", **options: Any) -> Context:
-        """The best CONTEXT_K hits for the query at `level`, packed into at
-        most `words` words with a citation for every piece
-        (retriever.context.pack); `options` are the search's (hybrid, hops, where...)."""
+    def context(self, query: str, words: int = 200, level: Level | None = None, **options: Any) -> Context:
+        """The best CONTEXT_K hits for the query packed into at most `words`
+        words with a citation for every piece (retriever.context.pack);
+        `options` are the search's (hybrid, hops, where...), CONTEXT_DEFAULTS
+        where not given."""
         return self.contexts(query, [words], level, **options)[0]
 
-    def contexts(self, query: str, budgets: Sequence[int], level: Level = "sentence", **options: Any) -> list[Context]:
+    def contexts(self, query: str, budgets: Sequence[int], level: Level | None = None, **options: Any) -> list[Context]:
         """`context` at several budgets from one search."""
         if "k" in options:
             raise ValueError("a context is packed from the best CONTEXT_K hits: give words=, not k=")
+        level, options = context_settings(level, options)
         hits = self.search(query, k=CONTEXT_K, level=level, **options)
         return [pack(hits, words, level) for words in budgets]
 

@@ -223,7 +223,7 @@ def test_context_figures_are_those_of_index_context(tmp_path):
     for words in (40, 120):
         answered, scored, support = 0, 0, 0.0
         for q in task.queries:
-            context = index.context(q.text, words, level="sentence", hybrid=True)
+            context = index.context(q.text, words, level="sentence", hybrid=True, hops=1)
             assert context.words <= words
             gold = task.gold_sentences[q.id]
             support += len(gold & {(c.doc_id, c.sentence) for c in context.citations if c.whole}) / len(gold)
