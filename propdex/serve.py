@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from propdex.index import Index
-from propdex.retriever.cli import summary
+from propdex.indexer.info import summary
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from tqdm.auto import tqdm
 
 from propdex.encoders import RUNTIMES
 from propdex.indexer import integrity
+from propdex.indexer.info import summary
 from propdex.indexer.manifest import read_manifest
-from propdex.indexer.settings import store_of
 
 from . import filters, trec
 from .fusion import METHODS as FUSIONS
@@ -185,32 +185,6 @@ def printable(text: str) -> str:
 def run_info(args: argparse.Namespace) -> int:
     print(json.dumps(summary(args.index), indent=1, ensure_ascii=False))
     return 0
-
-
-def summary(path: Path) -> dict:
-    """What `propdex info` prints (and a server's /v1/info returns)."""
-    m = read_manifest(path)
-    return {
-        "path": str(path),
-        "status": m["status"],
-        "documents": m.get("counts", {}).get("documents", 0),
-        "deleted": m.get("counts", {}).get("deleted", 0),  # tombstoned, until `propdex compact`
-        "generation": m.get("generation", 0),
-        "vectors": m.get("counts", {}).get("vectors", 0),
-        "problems": integrity.check(path, m),
-        "encoder": m["encoder"],
-        "backbone": m["backbone"],
-        "index": m["index"],
-        "store": store_of(m),  # what stage 2 re-scores: a float16 copy, or the index's codes
-        "bm25": {k: v for k, v in (m.get("lexical") or {}).items() if k != "files"} or None,
-        "counts": m.get("counts", {}),
-        "skipped": m.get("skipped", {}),
-        "repaired": m.get("repaired", {}),
-        "shards": len(m["shards"]),
-        "bytes": sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()),
-        "versions": m.get("versions", {}),
-        "updated": m.get("updated"),
-    }
 
 
 def run_verify(args: argparse.Namespace) -> int:
