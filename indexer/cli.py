@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 from pathlib import Path
 
 from propdex.encoders import DEFAULT_BACKBONE, ENCODERS, RUNTIMES, load_encoder
+from propdex.encoders.options import add_flags, given
 from propdex.encoders.spec import EncoderSpec
 
-from . import ann
 from .build import IndexWriter
-from .settings import STORES, IndexSettings
+from .settings import IndexSettings
 from .readers import FORMATS, fingerprint, read_corpus
 
 log = logging.getLogger("propdex")
@@ -45,15 +46,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help=f"encoder and its options, as eval's systems spell them: {', '.join(ENCODERS)}; "
                         f"e.g. proposition:dims=64, nugget:ratio=0.25, crossthought:weights=crossthought-3 (default tokens)")
     p.add_argument("--format", choices=FORMATS, help="input format (default: detected)")
-    p.add_argument("--shard-docs", type=int, default=10_000, help="documents per shard (default 10000)")
-    p.add_argument("--factory", help="FAISS factory string (default: Flat for small corpora, else IVF+PQ)")
-    p.add_argument("--backend", default="faiss", choices=ann.BACKENDS, help="stage-1 ANN library")
-    p.add_argument("--store", default=IndexSettings.store, choices=STORES,
-                   help="what stage 2 re-scores: codes (the default: the ANN index's own codes decoded; without --factory, "
-                        "OPQ + IVF + PQ filling --code-bytes past 50k vectors, exact Flat vectors below) or float16 "
-                        "(an exact copy of every vector beside the index, 2 bytes a dimension)")
-    p.add_argument("--code-bytes", type=int, default=ann.CODE_BYTES,
-                   help=f"with --store codes and no --factory: bytes a vector, all in, the codes fill (default {ann.CODE_BYTES})")
+    add_flags(p, IndexSettings)
     p.add_argument("--backbone", default=DEFAULT_BACKBONE, help="Hugging Face model name or local directory")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--runtime", default="torch", choices=RUNTIMES,
@@ -63,7 +56,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument(flag, help=argparse.SUPPRESS, **kind)
     p.add_argument("--limit", type=int, help="index at most N documents")
     p.add_argument("--no-title", action="store_true", help="leave documents' titles out of what the encoder and BM25 read")
-    p.add_argument("--no-bm25", action="store_true", help="build no BM25 index beside the vectors")
     split = p.add_argument_group("beyond one machine", "encode parts in parallel, then commit them as one index, trained once")
     split.add_argument("--num-shards", type=int, help="with --shard-id: build part I of N (records I, I+N, ...), encoded only; "
                                                       "then `propdex merge OUT PART...` (SLURM arrays and the like)")
@@ -149,8 +141,7 @@ def run_index(args: argparse.Namespace) -> int:
     records = read_corpus(args.inputs, args.format)  # checks the paths first
     inputs = {"paths": [str(Path(p).resolve()) for p in args.inputs], "format": args.format, "limit": args.limit,
               "files": fingerprint(args.inputs, args.format)}
-    settings = {"shard_docs": args.shard_docs, "factory": args.factory, "backend": args.backend, "bm25": not args.no_bm25,
-                "store": args.store, "code_bytes": args.code_bytes}
+    settings = dataclasses.asdict(IndexSettings(**given(args, IndexSettings)))
     if (args.num_shards is None) != (args.shard_id is None):
         raise ValueError("--num-shards and --shard-id go together")
     if args.ray:

@@ -1,8 +1,9 @@
 """IndexSettings: how an index is laid out, typed and validated once.
 
-They are what `propdex index` flags, eval's system options and
-`IndexWriter(...)`/`propdex.Index.create(...)` keywords become, and what the
-manifest records (`settings`); a resumed build must be given the same.
+Each is declared here once (encoders.options): `propdex index`'s flags are
+derived from the fields, and they, eval's system options and
+`IndexWriter(...)`/`propdex.Index.create(...)` keywords become one of these;
+the manifest records it (`settings`); a resumed build must be given the same.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from propdex.encoders.spec import convert
+from propdex.encoders.options import check, option
 
 from . import ann
 
@@ -37,26 +38,18 @@ def store_of(manifest: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class IndexSettings:
-    shard_docs: int = 10_000  # documents per shard: the unit of commit and of parallel search
-    factory: str | None = None  # FAISS factory string (None: chosen from the vector count at training)
-    backend: str = "faiss"  # stage-1 ANN library: faiss or hnsw
-    bm25: bool = True  # a BM25 index beside the vectors
-    store: str = "codes"  # what stage 2 re-scores: the ANN index's own codes, or a float16 copy of every vector
-    code_bytes: int = ann.CODE_BYTES  # store="codes" without a factory: bytes a vector, all in, the codes may fill
+    shard_docs: int = option(10_000, "documents per shard: the unit of commit and of parallel search", minimum=1)
+    factory: str | None = option(None, "FAISS factory string (default: chosen from the vector count at training: exact "
+                                       "Flat for a small corpus, else OPQ + IVF + PQ filling --code-bytes)")
+    backend: str = option("faiss", "stage-1 ANN library", choices=ann.BACKENDS)
+    bm25: bool = option(True, "keep a BM25 index beside the vectors (on unless --no-bm25)")
+    store: str = option("codes", "what stage 2 re-scores: codes (the ANN index's own codes, decoded) or float16 (an "
+                                 "exact copy of every vector beside the index, 2 bytes a dimension)", choices=STORES)
+    code_bytes: int = option(ann.CODE_BYTES, "with store codes and no factory: bytes a vector, all in, the codes may fill",
+                             minimum=ann.MIN_CODE_BYTES)
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, convert(getattr(self, f.name), {"shard_docs": int, "factory": str | None,
-                                                                                "backend": str, "bm25": bool, "store": str,
-                                                                                "code_bytes": int}[f.name], f.name))
-        if self.shard_docs < 1:
-            raise ValueError("shard_docs (--shard-docs) must be at least 1")
-        if self.backend not in ann.BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; choose from {', '.join(ann.BACKENDS)}")
-        if self.store not in STORES:
-            raise ValueError(f"unknown store {self.store!r} (--store); choose from {', '.join(STORES)}")
-        if self.code_bytes < ann.MIN_CODE_BYTES:
-            raise ValueError(f"code_bytes (--code-bytes) must be at least {ann.MIN_CODE_BYTES}, got {self.code_bytes}")
+        check(self)
 
     def check_factory(self, dim: int) -> None:
         """Fail now on a factory FAISS cannot build, not after hours of encoding."""

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from propdex.encoders import DEFAULT_BACKBONE, Document, encoder_from_config, load_encoder
 from propdex.encoders.text import split_sentences
-from propdex.indexer.ann import CODE_BYTES
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.settings import IndexSettings
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.readers import Record, Skip, record_from_dict
 from propdex.retriever.context import Context
 from propdex.retriever.searcher import Hit, Level, Searcher, set_threads
+from propdex.retriever.settings import SearchSettings
 
 if TYPE_CHECKING:
     from propdex.encoders import Encoder
@@ -79,12 +79,12 @@ class Index:
         *,
         backbone: str = DEFAULT_BACKBONE,
         device: str = "auto",
-        shard_docs: int = 10_000,
-        factory: str | None = None,
-        backend: str = "faiss",
-        bm25: bool = True,
+        shard_docs: int = IndexSettings.shard_docs,
+        factory: str | None = IndexSettings.factory,
+        backend: str = IndexSettings.backend,
+        bm25: bool = IndexSettings.bm25,
         store: str = IndexSettings.store,
-        code_bytes: int = CODE_BYTES,
+        code_bytes: int = IndexSettings.code_bytes,
         **encoder_options: Any,
     ) -> "Index":
         """An empty index at `path` (a new or empty directory) whose documents
@@ -199,7 +199,7 @@ class Index:
         return IndexWriter.open(self.path, self.encoder, wait=WRITE_WAIT_S)
 
     # -- reading -------------------------------------------------------------------
-    def search(self, query: str, k: int = 10, level: Level = "doc", *, where: Mapping[str, Any] | None = None,
+    def search(self, query: str, k: int = SearchSettings.k, level: Level = SearchSettings.level, *, where: Mapping[str, Any] | None = None,
                **options: Any) -> list[Hit]:
         """The best k hits for `query` at `level` (doc, sentence, unit), among
         the documents whose metadata matches `where`; `options` are
@@ -219,7 +219,7 @@ class Index:
         with self._reading() as searcher:
             return searcher.context(query, words, level, where=where, **options)
 
-    def search_batch(self, queries: Sequence[str], k: int = 10, level: Level = "doc", *,
+    def search_batch(self, queries: Sequence[str], k: int = SearchSettings.k, level: Level = SearchSettings.level, *,
                      where: Mapping[str, Any] | None = None, **options: Any) -> list[list[Hit]]:
         with self._reading() as searcher:
             return searcher.search_batch(queries, k=k, level=level, where=where, **options)

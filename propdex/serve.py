@@ -1,6 +1,6 @@
 """`propdex serve`: an index behind HTTP (FastAPI + uvicorn, the `[serve]` extra).
 
-    GET    /v1/search?q=...&k=10&level=doc     one query (hybrid, fusion, bm25, hops, nprobe, window too)
+    GET    /v1/search?q=...&k=10&level=doc     one query (every search option; where=year>=2020, repeatable)
     POST   /v1/search                          {"queries": [...], "k", "level", "where", "hybrid", ...}
     POST   /v1/context                         {"query", "words": 200, "level": "sentence", "where", "hybrid", ...}:
                                                the best hits packed into a prompt, every piece cited
@@ -21,16 +21,19 @@ import hmac
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from propdex.index import Index
+from propdex.encoders.options import fields_of
 from propdex.indexer.info import summary
+from propdex.retriever import filters
+from propdex.retriever.settings import SearchSettings
 
 log = logging.getLogger(__name__)
 
@@ -40,31 +43,34 @@ MAX_BODY_BYTES = 16 << 20
 MAX_CONTEXT_WORDS = 100_000
 
 
-class SearchOptions(BaseModel):
-    """What a search request may set beside its queries (SearchSettings' options)."""
+def option_fields(get: bool = False) -> dict[str, Any]:
+    """SearchSettings' options as request fields, from their one declaration
+    (encoders.options). Each defaults to None, the setting's own default;
+    SearchSettings validates them. In a GET, `where` is repeated clauses as on
+    the command line (`where=year>=2020&where=team!=web`)."""
+    fields = {}
+    for d in fields_of(SearchSettings, "server"):
+        kind = d.base if d.base in (bool, int, float, str) else str
+        if d.name == "where":
+            kind = list[str] if get else dict[str, Any]
+        limits = {"le": MAX_K} if d.name == "k" else {}
+        fields[d.name] = (kind | None, Field(None, description=d.option.help, **limits))
+    return fields
 
-    where: dict[str, Any] | None = None
-    hybrid: bool = False
-    fusion: str = "rrf"
-    bm25: bool = False
-    hops: int = 1
-    nprobe: int | None = None
-    window: int | None = None
+
+SearchOptions = create_model("SearchOptions", **option_fields())
+GetOptions = create_model("GetOptions", **option_fields(get=True))
 
 
 class SearchRequest(SearchOptions):
     queries: list[str] = Field(min_length=1, max_length=MAX_QUERIES)
-    k: int = Field(10, ge=1, le=MAX_K)
-    level: str = "doc"
-    rerank: int | None = None
 
 
 class ContextRequest(SearchOptions):
+    """Options left out take Index.context's defaults (retriever.context.CONTEXT_DEFAULTS)."""
+
     query: str
     words: int = Field(200, ge=1, le=MAX_CONTEXT_WORDS)
-    level: str | None = None  # None, hybrid None, hops None: Index.context's defaults
-    hybrid: bool | None = None
-    hops: int | None = None
 
 
 class DocumentsRequest(BaseModel):
@@ -128,12 +134,11 @@ def create_app(index: Index, token: str | None = None) -> FastAPI:
         return summary(index.path) | {"query_runtime": index.encoder.backbone.runtime}
 
     @app.get("/v1/search")
-    def search_one(q: str = Query(..., description="the query"), k: int = Query(10, ge=1, le=MAX_K), level: str = "doc",
-                   hybrid: bool = False, fusion: str = "rrf", bm25: bool = False, hops: int = 1, nprobe: int | None = None,
-                   window: int | None = None) -> dict[str, Any]:
-        hits = _search(index, [q], k=k, level=level, hybrid=hybrid, fusion=fusion, bm25=bm25, hops=hops, nprobe=nprobe,
-                       window=window)[0]
-        return {"query": q, "results": hits}
+    def search_one(options: Annotated[GetOptions, Query()], q: str = Query(..., description="the query")) -> dict[str, Any]:
+        given = options.model_dump(exclude_none=True)
+        if "where" in given:
+            given["where"] = filters.from_clauses([filters.cli_clause(c) for c in given["where"]])
+        return {"query": q, "results": _search(index, [q], **given)[0]}
 
     @app.post("/v1/search")
     def search_many(body: SearchRequest) -> dict[str, Any]:

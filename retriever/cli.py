@@ -9,13 +9,13 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from propdex.encoders import RUNTIMES
+from propdex.encoders.options import add_flags, given
 from propdex.indexer import integrity
 from propdex.indexer.info import summary
 from propdex.indexer.manifest import read_manifest
 
 from . import filters, trec
-from .fusion import METHODS as FUSIONS
-from .searcher import LEVELS, Searcher
+from .searcher import Searcher
 from .settings import SearchSettings
 
 
@@ -31,25 +31,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=32, help="queries searched at once with --topics (default 32)")
     p.add_argument("--context", type=int, metavar="WORDS", help="print the best hits packed into a prompt of at most WORDS "
                                                                 "words, each piece cited (unless told: sentences, --hybrid, --hops 2)")
-    p.add_argument("-k", type=int, default=10, help="number of results (default 10)")
-    p.add_argument("--level", choices=LEVELS, help="doc (default), sentence or unit; with --context, sentence")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--nprobe", type=int, help="IVF lists probed per query vector (default: 512, or all the lists of a smaller index, for a one-vector query; 1/256 of them, 4 to 16, for each vector of a multi-vector one)")
-    p.add_argument("--candidates", type=int, help="ANN hits per query vector and shard")
-    p.add_argument("--rerank", type=int, help="stage 1's best documents re-scored exactly and ranked first (default: 32 for a multi-vector query, 64 for one vector); up to 2k are re-scored, the rest ranked after them")
-    p.add_argument("--window", type=int, help="a document scores by its best window of consecutive sentences of at most this many "
-                                              "vectors (default: the encoder's passage, 254 for tokens; 0: the whole document, "
-                                              "whose MaxSim favours long documents)")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--hybrid", action="store_true", help="fuse the dense ranking with the index's BM25 (reciprocal rank fusion)")
-    mode.add_argument("--bm25", action="store_true", help="answer from the index's BM25 alone (document level)")
-    p.add_argument("--fusion", default="rrf", choices=FUSIONS,
-                   help="how --hybrid fuses: rrf (reciprocal rank fusion, default) or minmax (sums of min-max normalised scores)")
-    p.add_argument("--hops", type=int, choices=(1, 2),
-                   help="2: ask BM25 again with the question and the best document, for multi-hop questions (document level)")
-    p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE", type=where_clause,
-                   help="keep documents whose metadata FIELD equals VALUE (JSON: year=2021, tag='[\"a\",\"b\"]' for any of a list; "
-                        "else text), or year>=2020, year<2024, team!=web, path^=/notes/ (a prefix); repeat to require several")
+    add_flags(p, SearchSettings, exclusive=("hybrid", "bm25"))
     p.add_argument("--threads", type=int, help="FAISS and torch threads (default: theirs, one per core)")
     p.add_argument("--device", default="auto")
     p.add_argument("--runtime", default="torch", choices=RUNTIMES, help="what runs the query encoder's backbone on a CPU")
@@ -67,10 +50,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def search_options(args: argparse.Namespace) -> dict:
-    """The SearchSettings the flags name."""
-    level = args.level or ("sentence" if args.context is not None else "doc")
-    return {"k": args.k, "level": level, "candidates": args.candidates, "rerank": args.rerank, "hybrid": args.hybrid,
-            "bm25": args.bm25, "fusion": args.fusion, "hops": args.hops or 1, "window": args.window, "where": filters.from_clauses(args.where)}
+    """The search options the flags give (SearchSettings' defaults for the rest)."""
+    options = given(args, SearchSettings)
+    if "where" in options:
+        options["where"] = filters.from_clauses(options["where"])
+    return options
 
 
 def run_search(args: argparse.Namespace) -> int:
@@ -90,7 +74,7 @@ def run_search(args: argparse.Namespace) -> int:
     SearchSettings.of(**options)  # a bad option fails before the model loads
     if args.context is not None:
         return print_context(args, options)
-    with Searcher.load(args.index, device=args.device, nprobe=args.nprobe, threads=args.threads, runtime=args.runtime) as searcher:
+    with Searcher.load(args.index, device=args.device, threads=args.threads, runtime=args.runtime) as searcher:
         hits = searcher.search(args.query, **options)
     if args.json:
         print(json.dumps({"query": args.query, "results": [h.to_json() for h in hits]}, ensure_ascii=False, indent=1))
@@ -111,9 +95,8 @@ def print_context(args: argparse.Namespace, options: dict) -> int:
     if args.context < 1:
         raise ValueError("--context takes a budget of at least 1 word")
     # What the flags say; the rest is Index.context's defaults (retriever.context.CONTEXT_DEFAULTS).
-    options = {k: v for k, v in options.items() if k not in ("k", "level", "hybrid", "hops")}
-    options |= ({"hybrid": True} if args.hybrid else {}) | ({"hops": args.hops} if args.hops else {})
-    with Searcher.load(args.index, device=args.device, nprobe=args.nprobe, threads=args.threads, runtime=args.runtime) as searcher:
+    options = {k: v for k, v in options.items() if k not in ("k", "level")}
+    with Searcher.load(args.index, device=args.device, threads=args.threads, runtime=args.runtime) as searcher:
         context = searcher.context(args.query, args.context, args.level, **options)
     if args.json:
         print(json.dumps({"query": args.query, **context.to_json()}, ensure_ascii=False, indent=1))
@@ -142,7 +125,7 @@ def run_topics(args: argparse.Namespace) -> int:
     started, found = time.perf_counter(), 0
     args.run_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.run_file.with_name(args.run_file.name + ".tmp")
-    with Searcher.load(args.index, device=args.device, nprobe=args.nprobe, threads=args.threads, runtime=args.runtime) as searcher, \
+    with Searcher.load(args.index, device=args.device, threads=args.threads, runtime=args.runtime) as searcher, \
             open(tmp, "w", encoding="utf-8") as out, tqdm(total=len(topics), unit="query", desc="search") as bar:
         for at in range(0, len(topics), args.batch_size):
             batch = topics[at:at + args.batch_size]
@@ -154,14 +137,6 @@ def run_topics(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     print(f"{len(topics)} queries, {found} results, written to {args.run_file} in {elapsed:.1f}s ({1000 * elapsed / max(len(topics), 1):.1f} ms a query)")
     return 0
-
-
-def where_clause(text: str) -> tuple[str, str, object]:
-    """A --where clause: FIELD=VALUE, FIELD>=VALUE, ... (retriever.filters.cli_clause)."""
-    try:
-        return filters.cli_clause(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def highlight(text: str, spans: list[tuple[int, int]]) -> str:

@@ -1,61 +1,67 @@
 """SearchSettings: how one search runs, typed and validated once.
 
-The CLI's flags, eval's system options (text) and the Python API's keywords
-all become one of these before a query is encoded; a bad value is a
-ValueError naming it. Settings belong to a call: nothing here changes the
+Each option is declared here once (encoders.options): the CLI's flags, the
+server's request fields and GET parameters and eval's system options are
+derived from these fields, and all of them, with the Python API's keywords,
+become one of these before a query is encoded; a bad value is a ValueError
+naming it. Settings belong to a call: nothing here changes the
 Searcher, so one call's nprobe never leaks into the next.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from propdex.encoders.spec import convert
+from propdex.encoders.options import check, option
 
-from .filters import parse_where
+from .filters import cli_clause, parse_where
 from .fusion import METHODS as FUSIONS
 
 Level = Literal["doc", "sentence", "unit"]
 LEVELS = ("doc", "sentence", "unit")
 
 
+def where_clause(text: str) -> tuple[str, str, object]:
+    """A --where clause (FIELD=VALUE, FIELD>=VALUE, ...: retriever.filters.cli_clause), for argparse."""
+    try:
+        return cli_clause(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 @dataclass(frozen=True)
 class SearchSettings:
-    k: int = 10
-    level: Level = "doc"
-    nprobe: int | None = None  # IVF lists probed per query vector (None: the searcher's default)
-    candidates: int | None = None  # ANN hits per query vector and shard
-    rerank: int | None = None  # stage 1's best documents re-scored exactly and ranked first (up to 2k are re-scored)
-    hybrid: bool = False  # fuse with the index's BM25
-    fusion: str = "rrf"  # how hybrid fuses: rrf (reciprocal rank fusion) or minmax (normalised score sums)
-    bm25: bool = False  # BM25 alone
-    hops: int = 1  # 2: a second BM25 hop for multi-hop questions
-    # A document scores as its best window of consecutive sentences of at
-    # most this many units; None: the encoder's passage (Encoder.passage_units),
-    # 0: the whole document.
-    window: int | None = None
-    where: Mapping[str, Any] | None = None  # metadata filter (retriever.filters): field -> value(s) or {operator: value}
+    k: int = option(10, "number of results", minimum=1, flag="-k")
+    level: Level = option("doc", "doc, sentence or unit (with --context: sentence)", choices=LEVELS)
+    nprobe: int | None = option(None, "IVF lists probed per query vector (default: all the lists of a small index, or as "
+                                      "many as the query's vector count allows: retriever.candidates.default_nprobe)", minimum=1)
+    candidates: int | None = option(None, "ANN hits per query vector and shard", minimum=1)
+    rerank: int | None = option(None, "stage 1's best documents re-scored exactly and ranked first (default: fewer for a "
+                                      "multi-vector query than for one vector); up to 2k are re-scored, the rest ranked after "
+                                      "them", minimum=1)
+    hybrid: bool = option(False, "fuse the dense ranking with the index's BM25")
+    fusion: str = option("rrf", "how hybrid fuses: rrf (reciprocal rank fusion) or minmax (sums of min-max normalised "
+                                "scores)", choices=FUSIONS)
+    bm25: bool = option(False, "answer from the index's BM25 alone (document level)")
+    hops: int = option(1, "2: ask BM25 again with the question and the best document, for multi-hop questions "
+                          "(document or sentence level)", choices=(1, 2))
+    window: int | None = option(None, "a document scores by its best window of consecutive sentences of at most this "
+                                      "many vectors (default: the encoder's passage; 0: the whole document, whose MaxSim "
+                                      "favours long documents)")
+    where: Mapping[str, Any] | None = option(
+        None, "keep documents whose metadata meets every condition: FIELD=VALUE (JSON: year=2021, tag='[\"a\",\"b\"]' "
+              "for any of a list; else text), year>=2020, year<2024, team!=web, path^=/notes/ (a prefix); repeat to "
+              "require several", action="append", metavar="FIELD=VALUE", type=where_clause)
 
     def __post_init__(self) -> None:
-        for name in ("k", "nprobe", "candidates", "rerank", "hops", "hybrid", "bm25", "window"):
-            kind = {"k": int, "hops": int, "hybrid": bool, "bm25": bool}.get(name, int | None)
-            object.__setattr__(self, name, convert(getattr(self, name), kind, name))
-        if self.level not in LEVELS:
-            raise ValueError(f"unknown level {self.level!r}; choose from {', '.join(LEVELS)}")
-        for name in ("k", "nprobe", "candidates", "rerank"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
+        check(self, skip=("where",))
         if self.window is not None and self.window < 0:
             raise ValueError(f"window must be 0 (the whole document) or a number of units, got {self.window}")
-        if self.hops not in (1, 2):
-            raise ValueError(f"hops must be 1 or 2, got {self.hops}")
         if self.hops == 2 and self.level == "unit":
             raise ValueError("hops=2 ranks documents or sentences: use level='doc' or 'sentence'")
-        if self.fusion not in FUSIONS:
-            raise ValueError(f"unknown fusion {self.fusion!r}; choose from {', '.join(FUSIONS)}")
         if self.hybrid and self.bm25:
             raise ValueError("choose hybrid or bm25, not both")
         if self.bm25 and self.level != "doc":
