@@ -137,7 +137,10 @@ def create_app(index: Index, token: str | None = None) -> FastAPI:
     def search_one(options: Annotated[GetOptions, Query()], q: str = Query(..., description="the query")) -> dict[str, Any]:
         given = options.model_dump(exclude_none=True)
         if "where" in given:
-            given["where"] = filters.from_clauses([filters.cli_clause(c) for c in given["where"]])
+            try:
+                given["where"] = filters.from_clauses([filters.cli_clause(c) for c in given["where"]])
+            except ValueError as e:
+                raise Problem(400, f"where: {e}") from None
         return {"query": q, "results": _search(index, [q], **given)[0]}
 
     @app.post("/v1/search")

@@ -113,6 +113,12 @@ def test_every_route(server):
     many = httpx.post(f"{server}/v1/search", json={"queries": ["a river", "a band"], "k": 4, "where": {"batch": 1}, "hybrid": True}).json()
     assert [r["query"] for r in many["results"]] == ["a river", "a band"]
     assert all(len(r["results"]) == 4 and all(h["metadata"]["batch"] == 1 for h in r["results"]) for r in many["results"])
+    # A GET takes every search option; its filter is the command line's clauses.
+    got = httpx.get(f"{server}/v1/search", params={"q": "a river", "k": 4, "hybrid": True, "where": "batch=1"}).json()
+    assert [h["doc_id"] for h in got["results"]] == [h["doc_id"] for h in many["results"][0]["results"]]
+    narrow = httpx.get(f"{server}/v1/search", params=[("q", "a band"), ("where", "batch>=1"), ("where", "batch!=0"), ("rerank", 2),
+                                                       ("candidates", 8)]).json()
+    assert narrow["results"] and all(h["metadata"]["batch"] == 1 for h in narrow["results"])
 
     new = {"id": "zz-new", "title": "Quokka", "text": "The quokka is a small marsupial of Rottnest Island."}
     headers = {"Authorization": f"Bearer {TOKEN}"}
@@ -141,6 +147,8 @@ def test_every_route(server):
     (("GET", "/v1/search", {"params": {"q": "x", "level": "page"}}), 400, "unknown level"),
     (("GET", "/v1/search", {"params": {"q": "x", "hybrid": True, "bm25": True}}), 400, "not both"),
     (("GET", "/v1/search", {"params": {"q": "x", "window": -1}}), 400, "window must be 0 (the whole document) or a number of units"),
+    (("GET", "/v1/search", {"params": {"q": "x", "where": "batch"}}), 400, "where: expected FIELD=VALUE"),
+    (("GET", "/v1/search", {"params": {"q": "x", "rerank": 0}}), 400, "rerank must be at least 1"),
     (("POST", "/v1/search", {"json": {"queries": []}}), 400, "queries"),
     (("POST", "/v1/search", {"json": {"queries": ["x"], "where": {"batch": {"a": 1}}}}), 400, "where"),
     (("POST", "/v1/search", {"content": b"{not json", "headers": {"content-type": "application/json"}}), 400, ""),
