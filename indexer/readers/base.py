@@ -1,0 +1,100 @@
+"""What every reader yields: a `Document`, or a `Skip` saying why not.
+
+Bad user data never raises: a record that cannot be indexed becomes a Skip,
+so the indexer can count skips by reason and a resumed build can skip the
+first N records of the same stream. `document` is the one gate every reader
+passes its records through, so the rules on empty, oversized and unkeyable
+records hold alike for every format.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from propdex.encoders.text import Span, split_sentences
+from propdex.encoders.units import Document
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("jsonl", "beir", "hotpotqa", "propsegment", "mediawiki", "wikiextractor", "text")
+# Files read as `text` by their name, whatever they begin with (a note may open with "{" or "<").
+TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown", ".rst")
+# LMDB keys hold at most 511 bytes, and a document's key is "id/" + its id.
+MAX_ID_BYTES = 500
+
+
+@dataclass(frozen=True)
+class Skip:
+    """An input record that is not indexed, and why.
+
+    `reason` is a slug: "empty", "invalid_utf8", "malformed_json",
+    "missing_field", "truncated_bz2" (any truncated or corrupt compressed
+    stream, bz2 or gzip), "malformed_xml" (one page of a MediaWiki dump),
+    "too_large", "bad_id" (a lone surrogate, or more than
+    MAX_ID_BYTES bytes: LMDB keys hold 511), "redirect", "namespace" or
+    "unreadable" (a file that cannot be opened or parsed as a whole). `source` is
+    "path:line" for line-based formats, "path#id" for records with an id, or
+    the path for a whole file.
+    """
+
+    reason: str
+    source: str
+    detail: str = ""
+
+
+Record = Document | Skip
+
+
+class FileSkip(Exception):
+    """A whole file cannot be read; carries the Skip to report for it.
+
+    Raised from inside a reader's generator, so the file's one Skip comes
+    after whatever records were read before the damage showed."""
+
+    def __init__(self, skip: Skip) -> None:
+        super().__init__(skip.detail)
+        self.skip = skip
+
+
+def document(
+    doc_id: str,
+    text: str,
+    title: str,
+    source: str,
+    max_chars: int,
+    sentences: Iterable[Span] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Record:
+    """A Document, or the Skip for an empty or oversized text or an id the
+    index cannot key. Lone surrogates (JSON "\\ud800" escapes) in a text or
+    title become U+FFFD, with a warning naming the record, and the document
+    says so (`repairs`), for the manifest to count."""
+    if not text.strip():
+        return Skip("empty", source)
+    if len(text) > max_chars:
+        return Skip("too_large", source, f"{len(text)} characters > {max_chars}")
+    if not _utf8(doc_id):
+        return Skip("bad_id", source, "the id holds a lone surrogate (not Unicode text)")
+    if len(doc_id.encode()) > MAX_ID_BYTES:
+        return Skip("bad_id", source, f"the id is {len(doc_id.encode())} bytes long, more than {MAX_ID_BYTES}")
+    repairs: tuple[str, ...] = ()
+    if not (_utf8(text) and _utf8(title)):
+        log.warning("%s: lone surrogates in the text or title replaced by U+FFFD", source)
+        text, title, repairs = _repair(text), _repair(title), ("lone_surrogates",)
+    spans = split_sentences(text) if sentences is None else sentences
+    return Document(doc_id, text, title, tuple(spans), source=source, repairs=repairs, metadata=metadata or {})
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _repair(text: str) -> str:
+    """Lone surrogates replaced, one U+FFFD each: offsets into the text stay valid."""
+    return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)

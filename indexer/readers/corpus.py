@@ -1,0 +1,145 @@
+"""Paths to one stream of records: `read_corpus`, and what it reads.
+
+`read_corpus` yields one record per input record, in a deterministic order
+(paths as given, a folder's files in sorted name order), so a resumed build
+can skip the first N records and meet the same ones. Paths and formats are
+checked before any record is read, so a bad path raises at the call, not
+halfway through a build; a file that breaks off later ends in a Skip, not an
+error. `fingerprint` names the same files in the same order, for a resumed
+build to check its inputs against.
+"""
+from __future__ import annotations
+
+import logging
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from propdex.encoders.provenance import sha256_file
+
+from . import beir, hotpotqa, jsonl, mediawiki, propsegment, text, wikiextractor
+from .base import FORMATS, FileSkip, Record, Skip
+from .detect import detect_format, sniff, walk
+from .streams import STREAM_ERRORS, DamagedMembers, is_compressed
+
+log = logging.getLogger(__name__)
+
+# One reader per format: indexing, training and eval all read through these.
+READERS: dict[str, Callable[[Path, int], Iterator[Record]]] = {
+    "jsonl": jsonl.read,
+    "beir": beir.read,
+    "hotpotqa": hotpotqa.read,
+    "propsegment": propsegment.read,
+    "mediawiki": mediawiki.read,
+    "wikiextractor": wikiextractor.read,
+    "text": text.read,
+}
+
+
+def read_corpus(
+    paths: Sequence[str | Path],
+    format: str | None = None,
+    *,
+    max_chars: int = 2_000_000,
+) -> Iterator[Record]:
+    """Stream the records of `paths` (files or directories) in order.
+
+    `format` forces one format for all paths; by default each path's format is
+    detected. Paths are checked here, so a bad path or an undetectable format
+    raises `ValueError` at the call, not halfway through a build. Texts longer
+    than `max_chars` are skipped as "too_large".
+    """
+    if format is not None and format not in FORMATS:
+        raise ValueError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
+    plan: list[tuple[Path, str]] = []
+    for p in paths:
+        path = Path(p)
+        if not path.exists():
+            raise ValueError(f"{path}: no such file or directory")
+        if not (path.is_file() or path.is_dir()):
+            raise ValueError(f"{path}: not a regular file or directory")
+        plan.append((path, format or detect_format(path)))
+    return _read_plan(plan, format is not None, max_chars)
+
+
+def fingerprint(paths: Sequence[str | Path], format: str | None = None) -> dict[str, dict[str, Any]]:
+    """{path: {bytes, sha256}} of every file the paths are read from: what a
+    resumed build checks its inputs against."""
+    return {str(f.resolve()): {"bytes": f.stat().st_size, "sha256": sha256_file(f)} for f in input_files(paths, format)}
+
+
+def input_files(paths: Sequence[str | Path], format: str | None = None) -> list[Path]:
+    """Every file `read_corpus(paths, format)` reads, in the order it reads them."""
+    files = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            files += [f for f, _ in _directory_plan(path, format or detect_format(path), format is not None) if isinstance(f, Path)]
+        elif path.is_file():
+            files.append(path)
+    return files
+
+
+def _read_plan(plan: list[tuple[Path, str]], forced: bool, max_chars: int) -> Iterator[Record]:
+    for path, fmt in plan:
+        if path.is_file():
+            yield from _read_file(path, fmt, max_chars)
+        else:
+            yield from _read_directory(path, fmt, forced, max_chars)
+
+
+def _read_directory(path: Path, fmt: str, forced: bool, max_chars: int) -> Iterator[Record]:
+    """A folder's files in order, each in its own format unless one is forced."""
+    for file, file_fmt in _directory_plan(path, fmt, forced):
+        if isinstance(file, Skip):
+            yield file
+            continue
+        error = None
+        if file_fmt is None:
+            file_fmt, error = sniff(file)
+        if file_fmt is not None:
+            yield from _read_file(file, file_fmt, max_chars)
+        elif error:
+            yield _broken_file(file, 0, error)
+        else:
+            yield Skip("unreadable", str(file), "unknown format")
+
+
+def _directory_plan(path: Path, fmt: str, forced: bool) -> list[tuple[Path | Skip, str | None]]:
+    """The files a directory is read from, in order, each with its format
+    (None: sniffed from its content when it is read), and a Skip in place of
+    an entry that cannot be read. A BEIR folder is its corpus.jsonl and a
+    PropSegment folder its cluster files: the rest are not documents."""
+    if fmt == "beir" and (corpus := beir.corpus_file(path)) is not None:
+        return [(corpus, "jsonl")]
+    if fmt == "propsegment":
+        clusters = propsegment.cluster_files(path)
+        if clusters:
+            return [(file, "propsegment") for file in clusters]
+    return [(file, None if isinstance(file, Skip) or not forced else fmt) for file in walk(path)]
+
+
+def _read_file(path: Path, fmt: str, max_chars: int) -> Iterator[Record]:
+    """Records of one file; a file that breaks off ends in a Skip, not an error."""
+    count = 0
+    try:
+        for record in READERS[fmt](path, max_chars):
+            count += 1
+            yield record
+    except FileSkip as e:
+        yield e.skip
+    except ET.ParseError as e:
+        yield Skip("unreadable", str(path), f"after {count} records: XML error: {e}")
+    except DamagedMembers as e:
+        for offset, error in e.members:
+            yield Skip("truncated_bz2", str(path), f"after {count} records: the bz2 member at byte {offset} is lost ({error})")
+    except STREAM_ERRORS as e:
+        yield _broken_file(path, count, str(e) or type(e).__name__)
+    log.debug("%s: %d records as %s", path, count, fmt)
+
+
+def _broken_file(path: Path, count: int, error: str) -> Skip:
+    """The Skip for a file that broke off after `count` records."""
+    reason = "truncated_bz2" if is_compressed(path) else "unreadable"
+    return Skip(reason, str(path), f"after {count} records: {error}")

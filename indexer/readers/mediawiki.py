@@ -1,0 +1,102 @@
+"""MediaWiki XML exports (Wikipedia dumps): articles rendered to prose.
+
+Pages are streamed: each `<page>...</page>` is cut from the byte stream and
+parsed on its own (in XML text a literal "<page>" is escaped, so the tags
+are unambiguous), so a dump of any size reads in little memory and one
+malformed page is one Skip while the pages after it are still read.
+Redirects and pages outside the article namespace are skipped: they are not
+articles.
+"""
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+from .base import Record, Skip, document
+from .streams import open_binary
+from .wikitext import render_wikitext
+
+_PAGE, _END = b"<page>", b"</page>"
+_BLOCK = 1 << 20
+_REDIRECT_TEXT = re.compile(r"\s*#redirect", re.IGNORECASE)
+
+
+def read(path: Path, max_chars: int) -> Iterator[Record]:
+    """Pages of a MediaWiki XML export, streamed; articles rendered to text.
+
+    A page that breaks off where another begins (what a damaged member of a
+    multistream dump leaves) is one skip too, and the next page is whole. A
+    file that ends inside a page ends in a Skip, after the file is closed
+    (closing a damaged dump reports its lost members instead)."""
+    count = 0
+    cutter = _PageCutter()
+    with open_binary(path) as f:
+        for block in iter(lambda: f.read(_BLOCK), b""):
+            for number, page in cutter.feed(block):
+                count += 1
+                yield _page(page, number, path, max_chars)
+    if cutter.inside:
+        yield Skip("unreadable", str(path), f"after {count} records: the file ends inside page {cutter.number}")
+
+
+class _PageCutter:
+    """Cuts `<page>...</page>` out of blocks of bytes, across block ends.
+
+    `number` counts the pages begun (1 for the first); `inside` says whether
+    the bytes fed so far end inside a page."""
+
+    def __init__(self) -> None:
+        self.buffer, self.inside, self.number = b"", False, 0
+
+    def feed(self, block: bytes) -> Iterator[tuple[int, bytes | None]]:
+        """(page number, the page's bytes) of every page the block completes;
+        None for a page broken off where another begins."""
+        self.buffer += block
+        while True:
+            if not self.inside:
+                start = self.buffer.find(_PAGE)
+                if start < 0:
+                    self.buffer = self.buffer[-len(_PAGE):]  # a tag may straddle two blocks
+                    return
+                self.buffer, self.inside, self.number = self.buffer[start:], True, self.number + 1
+            end = self.buffer.find(_END)
+            if end < 0:
+                return
+            restart = self.buffer.rfind(_PAGE, 1, end)
+            if restart > 0:
+                # A page broken off (a lost bz2 member) runs into the next: the
+                # broken one is the skip, the next is read.
+                yield self.number, None
+                self.buffer, self.number = self.buffer[restart:], self.number + 1
+                continue
+            end += len(_END)
+            page, self.buffer, self.inside = self.buffer[:end], self.buffer[end:], False
+            yield self.number, page
+
+
+def _page(page: bytes | None, number: int, path: Path, max_chars: int) -> Record:
+    """The record of one cut page: a Skip for a broken or malformed one."""
+    if page is None:
+        return Skip("malformed_xml", f"{path}#page {number}", "the page breaks off where another begins")
+    try:
+        # Parsed apart from the root, the page's tags carry no namespace.
+        return _page_record(ET.fromstring(page), "", path, max_chars)
+    except ET.ParseError as e:
+        return Skip("malformed_xml", f"{path}#page {number}", f"XML error: {e}")
+
+
+def _page_record(page: ET.Element, ns: str, path: Path, max_chars: int) -> Record:
+    page_id = (page.findtext(ns + "id") or "").strip()
+    title = page.findtext(ns + "title") or ""
+    source = f"{path}#{page_id or title}"
+    wikitext = page.findtext(f"{ns}revision/{ns}text") or ""
+    if page.find(ns + "redirect") is not None or _REDIRECT_TEXT.match(wikitext):
+        return Skip("redirect", source, title)
+    namespace = (page.findtext(ns + "ns") or "0").strip()
+    if namespace != "0":
+        return Skip("namespace", source, f"ns {namespace}: {title}")
+    if not page_id:
+        return Skip("missing_field", source, "page without id")
+    return document(page_id, render_wikitext(wikitext), title, source, max_chars)
