@@ -48,8 +48,9 @@ from propdex.retriever import Searcher
 
 from . import scale
 from .datasets import beir_queries, load_beir, load_hotpotqa
+from .indexes import ann_bytes
 from .peers import PEERS, missing_peers, side_by_side, side_by_side_encoded
-from .run import ann_bytes, run_versions
+from .provenance import run_versions
 
 if TYPE_CHECKING:
     from propdex.encoders import Backbone

@@ -22,7 +22,7 @@ from propdex.encoders.text import split_sentences
 from propdex.encoders.training.data import wiki_articles
 
 from .bm25 import BM25Index
-from .run import System, system_encoder
+from .systems import System, system_encoder
 
 
 @dataclass(frozen=True)

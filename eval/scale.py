@@ -21,7 +21,8 @@ from typing import Any
 
 from propdex.indexer.manifest import read_manifest
 
-from .peers import all_in_bytes, in_child, latency, timed, torch_sync
+from .indexes import all_in_bytes
+from .measures import in_child, latency, timed, torch_sync
 
 log = logging.getLogger(__name__)
 

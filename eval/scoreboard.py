@@ -222,7 +222,7 @@ def agree(result_path: Path, topics: Path, qrels: Path, level: str, out: Path) -
     """Search runs for AGREED_SYSTEMS on the eval's `tokens` index, scored by `eval run`, beside eval's figures."""
     from propdex.cli import main
 
-    from .run import run_versions
+    from .provenance import run_versions
 
     result = json.loads(result_path.read_text())
     index = result["systems"]["tokens"]["index_dir"]

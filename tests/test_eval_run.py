@@ -5,7 +5,10 @@ import pytest
 
 from conftest import HOTPOT
 from propdex.cli import main
-from propdex.eval.run import TOP1_ORIGINS, System, evaluate, markdown, split_systems
+from propdex.eval.render import markdown
+from propdex.eval.runner import evaluate
+from propdex.eval.scoring import TOP1_ORIGINS
+from propdex.eval.systems import System, split_systems
 from paths import DATA
 
 
@@ -86,7 +89,7 @@ def test_propsegment_levels_bm25():
 
 
 def test_covers_compares_characters_not_span_boundaries():
-    from propdex.eval.run import _covers
+    from propdex.eval.scoring import _covers
 
     assert _covers([(0, 10)], [(2, 4), (6, 9)])
     assert _covers([(0, 5), (5, 9)], [(3, 7)])  # adjacent spans cover a span across their seam
@@ -145,7 +148,7 @@ def test_second_hop_at_sentence_level_offers_each_hop_documents_best_sentence(tm
 def test_cached_index_whose_spec_changed_meaning_is_neither_reused_nor_in_the_way(tmp_path, tiny, hotpot_docs):
     from propdex.encoders import load_encoder
     from propdex.indexer.build import IndexWriter
-    from propdex.eval.run import cached_index_dir
+    from propdex.eval.indexes import cached_index_dir
 
     untitled = load_encoder("single", backbone=tiny, title=False)
     first = cached_index_dir(tmp_path, "single", untitled)
@@ -167,7 +170,7 @@ def test_cached_codes_index_built_by_an_old_default_or_layout_is_neither_reused_
     import json
 
     from propdex.encoders import load_encoder
-    from propdex.eval.run import cached_index_dir
+    from propdex.eval.indexes import cached_index_dir
     from propdex.indexer import ann
 
     encoder = load_encoder("tokens", backbone=tiny)
@@ -201,7 +204,7 @@ def test_beir_metrics_score_the_ranking_in_the_order_returned():
     """A searcher's hits past its first page may score above the page's
     last; eval measures the order the user gets, not a re-sort by score."""
     from propdex.eval.datasets import Task
-    from propdex.eval.run import Outcome, score
+    from propdex.eval.scoring import Outcome, score
 
     task = Task("t", corpus=[], queries=[], gold_docs={"q": {"b"}}, qrels={"q": {"b": 1}})
     returned = Outcome({"q": ["b", "a", "c"]}, {"q": [0.5, 0.9, 0.1]}, [1.0], {})

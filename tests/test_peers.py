@@ -76,7 +76,8 @@ def test_peer_vectors_from_the_encoder_are_the_vectors_an_index_stores(tmp_path,
     """`--peer-vectors encoder` (a GPU machine without FAISS) skips the
     index: exact MaxSim must then rank what the index-based exact ranks."""
     from propdex.eval.datasets import load_beir
-    from propdex.eval.peers import measure_exact, write_vectors
+    from propdex.eval.exact import measure_exact
+    from propdex.eval.peer_vectors import write_vectors
     from propdex.indexer.manifest import read_manifest
 
     corpus = tiny_beir(tmp_path / "beir", 40)
@@ -157,7 +158,8 @@ def test_plaid_peer_is_built_from_our_vectors_and_ranks_like_exact_maxsim(tmp_pa
     pytest.importorskip("colbert", reason="the PLAID peer needs the [bench] extra")
     from propdex.encoders import load_encoder
     from propdex.eval.datasets import load_beir
-    from propdex.eval.peers import measure_exact, measure_plaid
+    from propdex.eval.exact import measure_exact
+    from propdex.eval.peer_colbert import measure_plaid
     from propdex.indexer.build import IndexWriter
     from propdex.indexer.readers import read_corpus
 
@@ -180,7 +182,8 @@ FAST_PLAID_PYTHON = os.environ.get("PROPDEX_FAST_PLAID_PYTHON")
 def test_fast_plaid_peer_is_built_in_its_own_environment_from_our_vectors(tmp_path, minilm):
     from propdex.encoders import load_encoder
     from propdex.eval.datasets import load_beir
-    from propdex.eval.peers import measure_exact, measure_fast_plaid
+    from propdex.eval.exact import measure_exact
+    from propdex.eval.peer_fast_plaid import measure_fast_plaid
     from propdex.indexer.build import IndexWriter
     from propdex.indexer.readers import read_corpus
 
@@ -206,7 +209,7 @@ def test_the_exact_scan_is_maxsim_over_every_document_in_any_grouping(tmp_path):
     """Groups of queries and blocks of rows are how the scan bounds memory;
     no grouping may change a score. Documents without vectors score -inf."""
     from propdex.encoders.units import Document, Encoded, Kind, Unit
-    from propdex.eval.peers import maxsim_every_document
+    from propdex.eval.exact import maxsim_every_document
     from propdex.indexer.store import ShardStore, ShardWriter
 
     rng = np.random.default_rng(0)
