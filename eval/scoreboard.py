@@ -22,16 +22,26 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "eval" / "results" / "scoreboard"
-# The datasets, in the order the scoreboard shows them: (file, heading, metric columns).
+# The runs behind each table: one run, or the first run and later ones that
+# added grains to it (same commit's search path, same index cache, same
+# queries; each named with its command above the table).
+RUNS = {
+    "scifact": ("scifact.json", "scifact_grains.json"),
+    "hotpotqa": ("hotpotqa.json", "hotpotqa_grains.json", "hotpotqa_beside.json"),
+    "hotpotqa_sentence": ("hotpotqa_sentence.json", "hotpotqa_sentence_grains.json"),
+    "hotpotqa_unit": ("hotpotqa_unit.json",),
+    "propsegment": ("propsegment.json",),
+}
+# The datasets, in the order the scoreboard shows them: (runs, heading, metric columns).
 TABLES = (
-    ("scifact.json", "SciFact (BEIR test, 300 claims, 5,183 abstracts)", ("nDCG@10", "Recall@100", "MRR@10")),
-    ("hotpotqa.json", "HotpotQA-600, documents (600 dev distractor questions over their 5,900 paragraphs)",
+    ("scifact", "SciFact (BEIR test, 300 claims, 5,183 abstracts)", ("nDCG@10", "Recall@100", "MRR@10")),
+    ("hotpotqa", "HotpotQA-600, documents (600 dev distractor questions over their 5,900 paragraphs)",
      ("Recall@2", "Recall@10", "Recall@20", "AllGold@2", "AllGold@10", "AllGold@20")),
-    ("hotpotqa_sentence.json", "HotpotQA-600, sentences (gold: the supporting facts)",
+    ("hotpotqa_sentence", "HotpotQA-600, sentences (gold: the supporting facts)",
      ("Recall@2", "Recall@10", "Recall@20", "AllGold@2", "AllGold@10", "AllGold@20")),
-    ("propsegment.json", "PropSegment (dev, atomic facts: propositions entailing the query)", ("P@1", "R@5", "R@10", "R@20")),
+    ("propsegment", "PropSegment (dev, atomic facts: propositions entailing the query)", ("P@1", "R@5", "R@10", "R@20")),
 )
-CONTEXTS = (("hotpotqa.json", "doc"), ("hotpotqa_sentence.json", "sentence"), ("hotpotqa_unit.json", "unit"))
+CONTEXTS = (("hotpotqa", "doc"), ("hotpotqa_sentence", "sentence"), ("hotpotqa_unit", "unit"))
 BUDGETS = (50, 100, 200, 500)
 AGREEMENT = ("agree_scifact.json", "agree_hotpotqa.json")
 AGREED_SYSTEMS = {"bm25": ["--bm25"], "tokens+bm25": ["--hybrid"], "tokens+bm25:hops=2": ["--hybrid", "--hops", "2"]}
@@ -42,6 +52,20 @@ HEADLINE = ("bm25", "single", "tokens", "nugget", "proposition", "crossthought",
 def load(name: str, folder: Path = RESULTS) -> dict[str, Any] | None:
     path = folder / name
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def runs(key: str, folder: Path = RESULTS) -> dict[str, Any] | None:
+    """The runs of RUNS[key] that exist, as one result: their systems in
+    order (a later run does not replace a system an earlier one measured),
+    and `parts`, (file, result) of each."""
+    parts = [(name, r) for name in RUNS[key] if (r := load(name, folder)) is not None]
+    if not parts:
+        return None
+    systems: dict[str, Any] = {}
+    for _, r in parts:
+        for system, figures in r["systems"].items():
+            systems.setdefault(system, figures)
+    return {"systems": systems, "parts": parts}
 
 
 def _f(value: float | None, digits: int = 2, scale: float = 1.0) -> str:
@@ -70,7 +94,7 @@ def table(result: dict[str, Any], metrics: Sequence[str]) -> list[str]:
 
 def headline(folder: Path = RESULTS) -> list[str]:
     """One row a system: the figure each dataset is known by, and its cost on SciFact."""
-    scifact, hotpot, sentence = (load(n, folder) for n in ("scifact.json", "hotpotqa.json", "hotpotqa_sentence.json"))
+    scifact, hotpot, sentence = (runs(n, folder) for n in ("scifact", "hotpotqa", "hotpotqa_sentence"))
     head = ["system", "SciFact nDCG@10", "HotpotQA R@10", "HotpotQA AllGold@10", "HotpotQA sentence R@10",
             "vec/doc (SciFact)", "B/vec all in", "p50 ms (SciFact)"]
     lines = [_row(head), "|" + "---|" * len(head)]
@@ -91,7 +115,7 @@ def headline(folder: Path = RESULTS) -> list[str]:
 
 def grains(folder: Path = RESULTS) -> list[str]:
     """What each grain costs and buys, against `single` in the same runs."""
-    scifact, hotpot, sentence = (load(n, folder) for n in ("scifact.json", "hotpotqa.json", "hotpotqa_sentence.json"))
+    scifact, hotpot, sentence = (runs(n, folder) for n in ("scifact", "hotpotqa", "hotpotqa_sentence"))
     if not (scifact and hotpot):
         return []
     lines = []
@@ -126,8 +150,8 @@ def grains(folder: Path = RESULTS) -> list[str]:
 def context_rows(folder: Path = RESULTS) -> list[tuple[str, str, dict[str, float]]]:
     """(system, level, context figures) of every HotpotQA run that packed contexts."""
     rows = []
-    for name, level in CONTEXTS:
-        result = load(name, folder)
+    for key, level in CONTEXTS:
+        result = runs(key, folder)
         for system, s in (result or {}).get("systems", {}).items():
             if "context" in s:
                 rows.append((system, level, s["context"]))
@@ -141,7 +165,8 @@ def contexts(folder: Path = RESULTS) -> list[str]:
     rows = context_rows(folder)
     if not rows:
         return []
-    files = ", ".join(f"`{n}`" for n, _ in CONTEXTS if load(n, folder) and any("context" in s for s in load(n, folder)["systems"].values()))
+    files = ", ".join(f"`{name}`" for key, _ in CONTEXTS for name, r in (runs(key, folder) or {"parts": []})["parts"]
+                      if any("context" in s for s in r["systems"].values()))
     head = ["system", "level", *(f"answer@{w}" for w in BUDGETS), *(f"support@{w}" for w in BUDGETS)]
     lines = [f"From {files} (the `--words 50,100,200,500` of their commands). answer@l: the gold answer, normalised as",
              "HotpotQA's script does, is in the first l words (yes/no questions left out); support@l: the share of supporting",
@@ -204,11 +229,12 @@ def render(folder: Path = RESULTS) -> str:
         *grains(folder),
         "",
     ]
-    for name, heading, metrics in TABLES:
-        result = load(name, folder)
+    for key, heading, metrics in TABLES:
+        result = runs(key, folder)
         if result is None:
             continue
-        out += [f"## {heading}", "", *provenance(result, name), *table(result, metrics), ""]
+        out += [f"## {heading}", "", *(line for name, r in result["parts"] for line in provenance(r, name)),
+                *table(result, metrics), ""]
     if context := contexts(folder):
         out += ["## Context for a prompt (HotpotQA-600)", "", *context, ""]
     if agree := agreement(folder):
