@@ -18,8 +18,12 @@ def run_versions() -> dict[str, Any]:
 
 
 def _git_head() -> str | None:
-    try:
-        root = Path(__file__).resolve().parents[1]
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip() or None
-    except OSError:
-        return None
+    """The commit of the checkout propdex runs from, or (installed from a wheel) of the one the command runs in."""
+    for where in (Path(__file__).resolve().parents[1], Path.cwd()):
+        try:
+            head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=where, capture_output=True, text=True).stdout.strip()
+        except OSError:
+            return None
+        if head:
+            return head
+    return None
