@@ -25,7 +25,10 @@ def upper_layers(n_layers: int, first: int | None = None) -> list[int]:
 
 def adapt(model: nn.Module, r: int, layers: list[int]) -> nn.Module:
     """A copy of `model` with LoRA adapters of rank r on `layers` (the original stays untouched)."""
-    from peft import LoraConfig, get_peft_model
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise ValueError("training LoRA adapters needs peft: pip install 'propdex[lora]'") from None
 
     config = LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.1, target_modules=LORA_TARGETS, layers_to_transform=layers)
     return get_peft_model(copy.deepcopy(model), config)
