@@ -37,8 +37,8 @@ class _PartBuilder:
         docs = []
         for i in batch["part"]:
             writer = IndexWriter(self.parts_dir / f"part-{int(i):04d}", self.encoder, inputs=self.inputs, **self.settings)
-            manifest = writer.build(read_corpus(self.paths, self.format), part=(int(i), self.n_parts))
-            docs.append(manifest["counts"]["documents"])
+            writer.build(read_corpus(self.paths, self.format), part=(int(i), self.n_parts))
+            docs.append(writer.manifest.counts.documents)
         return {"part": batch["part"], "documents": docs}
 
 

@@ -16,8 +16,9 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .build import SETTINGS, IndexWriter, shard_name
-from .manifest import read_manifest
+from .build import SETTINGS, IndexWriter
+from .commit import Transaction, shard_name
+from .manifest import Manifest, Merged, Status
 from .store import LMDB_DIR, VECTORS, ShardStore
 
 if TYPE_CHECKING:
@@ -27,47 +28,65 @@ log = logging.getLogger(__name__)
 
 
 def merge(out: str | Path, parts: list[str | Path], *, encoder: "Encoder | None" = None, device: str = "cpu") -> dict[str, Any]:
+    """Commit `parts` as one index at `out` and finish its build there;
+    returns its manifest (raw)."""
     out, parts = Path(out), [Path(p) for p in parts]
-    manifests = [read_manifest(p) for p in parts]
+    manifests = [Manifest.read(p) for p in parts]
+    _check_parts(parts, manifests)
+    first = manifests[0]
+    if encoder is None:
+        from propdex.encoders import encoder_from_config
+
+        encoder = encoder_from_config(first.encoder, device=device)
+    settings = first.settings.to_json()
+    writer = IndexWriter(out, encoder, inputs=first.inputs, **{k: settings[k] for k in SETTINGS if k in settings})
+    try:
+        if writer.manifest.status == Status.ENCODING:
+            _commit_parts(writer.transaction, parts, manifests)
+        return writer.build(iter(()))
+    finally:
+        writer.close()
+
+
+def _check_parts(parts: list[Path], manifests: list[Manifest]) -> None:
+    """The parts of one build: each encoded, built alike, each of 0..n-1 once, no id in two."""
     first = manifests[0]
     for path, m in zip(parts, manifests):
-        if not m.get("part"):
+        if not m.part:
             raise ValueError(f"{path} is not a part of a build (made with --num-shards/--shard-id)")
-        if m["status"] != "encoded":
-            raise ValueError(f"{path}: its build is unfinished ({m['status']}); run its command again first")
+        if m.status != Status.ENCODED:
+            raise ValueError(f"{path}: its build is unfinished ({m.status}); run its command again first")
         for key in ("encoder", "backbone", "settings", "inputs"):
-            if m[key] != first[key]:
+            if getattr(m, key) != getattr(first, key):
                 raise ValueError(f"{path} was built with other {key} than {parts[0]}; parts of one index share them")
-    n = first["part"]["of"]
-    ids = sorted(m["part"]["id"] for m in manifests)
+    n = first.part.of
+    ids = sorted(m.part.id for m in manifests)
     if ids != list(range(n)):
         missing = sorted(set(range(n)) - set(ids))
         raise ValueError(f"the parts must be each of 0..{n - 1} once; got {ids}" + (f" (missing {missing})" if missing else ""))
     _no_shared_ids(parts, manifests)
-    if encoder is None:
-        from propdex.encoders import encoder_from_config
 
-        encoder = encoder_from_config(first["encoder"], device=device)
-    settings = first["settings"]
-    writer = IndexWriter(out, encoder, inputs=first["inputs"], **{k: settings[k] for k in SETTINGS if k in settings})
-    try:
-        manifest = writer.manifest
-        if manifest["status"] == "encoding":
-            copied = {(c["part"], c["shard"]) for c in manifest.setdefault("merged", [])}
-            for path, m in sorted(zip(parts, manifests), key=lambda pm: pm[1]["part"]["id"]):
-                for s in m["shards"]:
-                    if (m["part"]["id"], s["name"]) in copied:
-                        continue
-                    entry = dict(s, name=shard_name(writer._next_shard()), index=None, index_sha256=None)
-                    _link_shard(path / s["name"], out / entry["name"])
-                    manifest["shards"].append(entry)
-                    manifest["merged"].append({"part": m["part"]["id"], "shard": s["name"], "as": entry["name"]})
-                    writer._commit()
-            manifest["status"] = "training"
-            writer._commit()
-        return writer.build(iter(()))
-    finally:
-        writer.close()
+
+def _commit_parts(tx: Transaction, parts: list[Path], manifests: list[Manifest]) -> None:
+    """Link every part's shards into the index in part order, committing each
+    (with what it was, so a killed merge skips it when run again); then the
+    build goes on at training."""
+    manifest = tx.manifest
+    if manifest.merged is None:
+        manifest.merged = []
+    copied = {(c.part, c.shard) for c in manifest.merged}
+    for path, m in sorted(zip(parts, manifests), key=lambda pm: pm[1].part.id):
+        for s in m.shards:
+            if (m.part.id, s.name) in copied:
+                continue
+            entry = s.copy()
+            entry.name, entry.index, entry.index_sha256 = shard_name(tx.next_shard()), None, None
+            _link_shard(path / s.name, tx.out / entry.name)
+            manifest.shards.append(entry)
+            manifest.merged.append(Merged(part=m.part.id, shard=s.name, as_=entry.name))
+            tx.commit()
+    manifest.status = Status.TRAINING
+    tx.commit()
 
 
 def _link_shard(source: Path, target: Path) -> None:
@@ -92,12 +111,12 @@ def _link_shard(source: Path, target: Path) -> None:
     tmp.rename(target)
 
 
-def _no_shared_ids(parts: list[Path], manifests: list[dict[str, Any]]) -> None:
+def _no_shared_ids(parts: list[Path], manifests: list[Manifest]) -> None:
     """One id, one document: a single build skips a repeated id, so parts must not share one."""
     seen: dict[str, Path] = {}
     for path, m in zip(parts, manifests):
-        for s in m["shards"]:
-            store = ShardStore(path / s["name"])
+        for s in m.shards:
+            store = ShardStore(path / s.name)
             try:
                 for doc_id in store.doc_ids():
                     if doc_id in seen:

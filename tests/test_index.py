@@ -54,18 +54,19 @@ def test_build_writes_shards_manifest_and_exact_store(tmp_path, tiny, hotpot_doc
 def test_a_shard_is_written_a_few_documents_at_a_time(tmp_path, tiny, hotpot_docs, monkeypatch):
     """A shard's vectors never sit in memory together: the writer gets them
     ENCODE_DOCS documents at a time, and the shard is the one a single batch writes."""
-    from propdex.indexer import build as build_module
+    from propdex.indexer import encoding
+    from propdex.indexer.store import ShardWriter
 
     _, whole = build(tmp_path, tiny, hotpot_docs[:40], name="whole", shard_docs=40, store="float16")
     batches = []
-    real_add = build_module.ShardWriter.add
+    real_add = ShardWriter.add
 
     def add(self, docs, encoded):
         batches.append(len(docs))
         real_add(self, docs, encoded)
 
-    monkeypatch.setattr(build_module, "ENCODE_DOCS", 7)
-    monkeypatch.setattr(build_module.ShardWriter, "add", add)
+    monkeypatch.setattr(encoding, "ENCODE_DOCS", 7)
+    monkeypatch.setattr(ShardWriter, "add", add)
     _, streamed = build(tmp_path, tiny, hotpot_docs[:40], name="streamed", shard_docs=40, store="float16")
     assert batches == [7, 7, 7, 7, 7, 5]
     assert streamed["counts"] == whole["counts"] and len(streamed["shards"]) == 1
@@ -84,7 +85,7 @@ def test_a_shard_is_written_a_few_documents_at_a_time(tmp_path, tiny, hotpot_doc
     enc = load_encoder("tokens", backbone=tiny)
     passages = [len(enc.passages(d)) for d in hotpot_docs[:40]]
     cap = max(passages) + 1
-    monkeypatch.setattr(build_module, "ENCODE_PASSAGES", cap)
+    monkeypatch.setattr(encoding, "ENCODE_PASSAGES", cap)
     batches.clear()
     _, capped = build(tmp_path, tiny, hotpot_docs[:40], name="capped", shard_docs=40, store="float16")
     assert sum(batches) == 40 and max(batches) <= 7 and len(batches) > 6

@@ -159,12 +159,12 @@ def test_a_duplicate_id_names_the_file_and_record_it_came_from(tmp_path, tiny, c
 def test_a_full_disk_is_one_line_and_the_build_resumes(tmp_path, tiny_dir, hotpot_docs, capsys, monkeypatch):
     import errno
 
-    from propdex.indexer import build as build_module
+    from propdex.indexer import commit as commit_module
 
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in hotpot_docs[:6]))
     args = ["-q", "index", str(corpus), "--out", str(tmp_path / "ix"), "--backbone", str(tiny_dir), "--device", "cpu", "--shard-docs", "3"]
-    real, calls = build_module.ShardWriter, []
+    real, calls = commit_module.ShardWriter, []
 
     class SecondShardFillsTheDisk(real):
         def add(self, docs, encoded):
@@ -173,12 +173,12 @@ def test_a_full_disk_is_one_line_and_the_build_resumes(tmp_path, tiny_dir, hotpo
                 raise OSError(errno.ENOSPC, "No space left on device", str(self.path / "meta.lmdb"))
             super().add(docs, encoded)
 
-    monkeypatch.setattr(build_module, "ShardWriter", SecondShardFillsTheDisk)
+    monkeypatch.setattr(commit_module, "ShardWriter", SecondShardFillsTheDisk)
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert "propdex: error: no space left on the device writing " in err and "resumes" in err and "Traceback" not in err
     assert len(read_manifest(tmp_path / "ix")["shards"]) == 1
-    monkeypatch.setattr(build_module, "ShardWriter", real)
+    monkeypatch.setattr(commit_module, "ShardWriter", real)
     assert main(args) == 0
     assert read_manifest(tmp_path / "ix")["counts"]["documents"] == 6
 

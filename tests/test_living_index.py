@@ -17,6 +17,7 @@ from paths import DATA
 import propdex
 from propdex.cli import main
 from propdex.encoders import Document, load_encoder
+from propdex.indexer import phases
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.readers import read_corpus
 from propdex.retriever import Searcher
@@ -99,10 +100,10 @@ def test_a_failed_add_commits_nothing_and_leaves_nothing(tmp_path, encoder, monk
     manifest = (tmp_path / "i" / "manifest.json").read_text()
     before = _ranking(index, QUERIES[1])
 
-    def crash(self, *a, **kw):
+    def crash(*a, **kw):
         raise RuntimeError("killed while filling the ANN index")
 
-    monkeypatch.setattr(IndexWriter, "_add", crash)
+    monkeypatch.setattr(phases, "fill", crash)
     with pytest.raises(RuntimeError):
         index.update(_docs(10)[3:])  # replaces 3 documents and adds 4, in new shards
     monkeypatch.undo()

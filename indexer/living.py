@@ -1,0 +1,234 @@
+"""A complete index lives on, as Lucene's segments do: `add` appends
+documents in new shards, `delete` commits a tombstone file per shard it
+touches, and `compact` rewrites the shards holding deletions (and merges
+small ones) from their stored vectors, without encoding again.
+
+Each change writes everything aside and commits it with one manifest, the
+next generation, so it happens entirely or not at all, and a reader opened
+before keeps the files it opened; the files the new generation no longer
+lists are removed only after it is committed. BM25 is rebuilt over the live
+documents at every commit, because its statistics are global.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from itertools import groupby
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from propdex.encoders import Encoded
+
+from . import ann, encoding, lexical, phases
+from .commit import Transaction, remove
+from .manifest import Shard, Status, sha256_file
+from .readers import Record
+from .store import ShardStore, write_deleted
+
+if TYPE_CHECKING:
+    from propdex.encoders import Encoder
+
+log = logging.getLogger(__package__ + ".build")  # the writer's one logger name, as always
+
+
+def require_complete(tx: Transaction, what: str) -> None:
+    """Only a complete index changes: an unfinished build must finish first,
+    or its resume would not find what it committed."""
+    if tx.manifest.status != Status.COMPLETE:
+        raise ValueError(f"cannot {what} {tx.out} while its build is unfinished ({tx.manifest.status}); "
+                         f"run the same `propdex index` command again to finish it first")
+
+
+def add(tx: Transaction, encoder: "Encoder", records: Iterable[Record], replace: bool) -> dict[str, Any]:
+    """Append the records' documents in new shards, in one commit; an id the
+    index holds already is refused unless `replace` (its earlier version is
+    then deleted in the same commit)."""
+    require_complete(tx, "add to")
+    docs, n_inputs, skipped, examples = encoding.take(iter(records), 2**63, set())
+    found = find(tx, [d.id for d in docs])
+    if found and not replace:
+        shown = ", ".join(repr(d) for d in list(found)[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise ValueError(f"{len(found)} of the documents are in {tx.out} already ({shown}); "
+                         f"update them instead (Index.update, `propdex add --update`)")
+    new = _write_new_shards(tx, encoder, docs, n_inputs, skipped, examples)
+    if not new and not skipped:
+        return {"added": 0, "replaced": 0, "skipped": {}}
+    if not new:  # all skipped: nothing to commit, but say so
+        log.warning("nothing added to %s: every record was skipped (%s)", tx.out, dict(skipped))
+        return {"added": 0, "replaced": 0, "skipped": dict(skipped)}
+    if tx.manifest.index is None:
+        phases.train(tx, new)
+    garbage = phases.fill(tx, new, commit=False)
+    garbage += _tombstone(tx, found)
+    tx.manifest.shards += new
+    commit_generation(tx, encoder.title, garbage)
+    log.info("added %d documents to %s (%d replaced) in %d shard(s)", len(docs), tx.out, len(found), len(new))
+    return {"added": len(docs), "replaced": len(found), "skipped": dict(skipped)}
+
+
+def _write_new_shards(tx: Transaction, encoder: "Encoder", docs: list, n_inputs: int, skipped: Counter,
+                      examples: dict) -> list[Shard]:
+    """`docs` encoded into new shards of shard_docs, written but not listed;
+    the first carries what was read (inputs, skips)."""
+    new: list[Shard] = []
+    size = tx.manifest.settings.shard_docs
+    bar = tqdm(desc="add", unit="doc", total=len(docs), dynamic_ncols=True, disable=len(docs) <= encoding.ENCODE_DOCS)
+    for start in range(0, len(docs), size):
+        first = not new
+        new.append(tx.write_shard(tx.next_shard() + len(new), encoding.encoded(encoder, docs[start : start + size], bar),
+                                  n_inputs if first else 0, skipped if first else Counter(), examples if first else {}))
+    bar.close()
+    return new
+
+
+def delete(tx: Transaction, titles: bool, doc_ids: Iterable[str]) -> dict[str, Any]:
+    """Delete the documents with these ids, in one commit."""
+    require_complete(tx, "delete from")
+    ids = list(dict.fromkeys(doc_ids))
+    found = find(tx, ids)
+    missing = [d for d in ids if d not in found]
+    if found:
+        commit_generation(tx, titles, _tombstone(tx, found))
+        log.info("deleted %d documents from %s", len(found), tx.out)
+    return {"deleted": len(found), "missing": missing}
+
+
+def compact(tx: Transaction, titles: bool) -> dict[str, Any]:
+    """Rewrite the shards that hold deleted documents, and merge shards
+    smaller than shard_docs, from their stored vectors (no encoding); the
+    rewritten shards' files are removed once the new ones are committed."""
+    require_complete(tx, "compact")
+    m = tx.manifest
+    shards, size = m.shards, m.settings.shard_docs
+    small = {s.name for s in shards if s.docs < size}  # shard names are unique
+    rewrite = [s for s in shards if s.deleted_docs or (len(small) > 1 and s.name in small)]
+    if not rewrite:
+        return {"rewritten": 0, "removed": 0, "shards": len(shards)}
+    live = [(s, o) for s in rewrite for o in sorted(set(range(s.docs)) - set(tx.deleted(s).tolist()))]
+    new = _rewrite(tx, rewrite, live)
+    dropped = phases.fill(tx, new, commit=False)
+    removed = sum(s.deleted_docs or 0 for s in rewrite)
+    for entry in new[:1]:
+        _carry_inputs(entry, rewrite)
+    rewritten = {s.name for s in rewrite}
+    m.shards = [s for s in shards if s.name not in rewritten] + new
+    commit_generation(tx, titles, [tx.out / s.name for s in rewrite] + dropped)
+    log.info("compacted %s: %d shards rewritten as %d, %d deleted documents removed", tx.out, len(rewrite), len(new), removed)
+    return {"rewritten": len(rewrite), "removed": removed, "shards": len(m.shards)}
+
+
+def _rewrite(tx: Transaction, rewrite: list[Shard], live: list[tuple[Shard, int]]) -> list[Shard]:
+    """The live documents of `rewrite` written into new shards of shard_docs,
+    from their stored (or decoded) vectors."""
+    # Every codes shard decodes through one copy of the trained codec: a large
+    # codec's quantizer is big, and all the shards to rewrite are open at once.
+    codec = functools.cache(lambda: ann.decoding_codec(ann.read_faiss(tx.out / tx.manifest.index.trained)))
+    stores = {s.name: _decoding_store(tx, s, codec) for s in rewrite}
+    number, size = tx.next_shard(), tx.manifest.settings.shard_docs
+    try:
+        starts = tqdm(range(0, len(live), size), desc="compact", unit="shard", disable=len(live) <= size)
+        return [tx.write_shard(number + i, _stored(stores, live[start : start + size])) for i, start in enumerate(starts)]
+    finally:
+        for store in stores.values():
+            store.close()
+
+
+def _stored(stores: dict[str, ShardStore], pairs: list[tuple[Shard, int]]) -> Iterator[encoding.Batch]:
+    """The (shard, ordinal) documents with their stored vectors, a batch at a
+    time, each shard's vectors read in one call (one decoder call)."""
+    for start in range(0, len(pairs), encoding.ENCODE_DOCS):
+        docs, encoded = [], []
+        for name, group in groupby(pairs[start : start + encoding.ENCODE_DOCS], key=lambda pair: pair[0].name):
+            store, ordinals = stores[name], [o for _, o in group]
+            for o, (vectors, _) in zip(ordinals, store.vectors(ordinals)):
+                docs.append(store.document(o))
+                encoded.append(Encoded(np.asarray(vectors, dtype=np.float32), store.units(o)))
+        yield docs, encoded, 0
+
+
+def _carry_inputs(entry: Shard, rewrite: list[Shard]) -> None:
+    """The first new shard carries what the rewritten ones recorded of their
+    inputs, so the index's counts of inputs and skips survive compaction."""
+    entry.inputs = sum(s.inputs for s in rewrite)
+    entry.skipped = dict(sum((Counter(s.skipped or {}) for s in rewrite), Counter()))
+    entry.repaired = dict(sum((Counter(s.repaired or {}) for s in rewrite), Counter()))
+    entry.skipped_examples = {}
+    for s in rewrite:
+        for reason, examples in (s.skipped_examples or {}).items():
+            kept = entry.skipped_examples.setdefault(reason, [])
+            kept += examples[: encoding.EXAMPLES_PER_REASON - len(kept)]
+
+
+def _decoding_store(tx: Transaction, shard: Shard, codec: Callable[[], Any]) -> ShardStore:
+    """A committed shard's store, decoding its index's codes where it keeps no
+    vectors (compaction then re-encodes the decoded vectors: store="codes" is
+    lossy once more); `codec()` gives the trained codec that standalone codes
+    decode through."""
+    store = tx.store(shard)
+    if not store.has_vectors:
+        path = tx.out / shard.name / shard.index
+        norm = tx.manifest.index.vector_norm
+        if ann.holds_codes(path):
+            store.decoder = ann.decoder(codec(), ann.read_codes(path), norm)
+        else:
+            store.decoder = ann.decoder(ann.read_shard_index(path, store.dim, shard.vectors), norm=norm)
+    return store
+
+
+def find(tx: Transaction, doc_ids: list[str]) -> dict[str, tuple[int, int]]:
+    """The live documents among `doc_ids`: id -> (shard position, ordinal)."""
+    found: dict[str, tuple[int, int]] = {}
+    for i, s in enumerate(tx.manifest.shards):
+        store = tx.store(s)
+        dead = set(tx.deleted(s).tolist())
+        for doc_id in doc_ids:
+            if doc_id not in found:
+                o = store.ordinal(doc_id)
+                if o is not None and o not in dead:
+                    found[doc_id] = (i, o)
+        store.close()
+    return found
+
+
+def _tombstone(tx: Transaction, found: dict[str, tuple[int, int]]) -> list[Path]:
+    """Write the new tombstone file of each shard `found` touches (aside,
+    listed in the manifest entry but not yet committed); the files they
+    replace, to remove after the commit."""
+    by_shard: dict[int, list[int]] = {}
+    for i, o in found.values():
+        by_shard.setdefault(i, []).append(o)
+    garbage = []
+    name = f"deleted-{_next_generation(tx):06d}.npy"
+    for i, ordinals in by_shard.items():
+        s = tx.manifest.shards[i]
+        dead = np.union1d(tx.deleted(s), ordinals)
+        path = tx.out / s.name / name
+        write_deleted(path, dead)
+        if s.deleted:
+            garbage.append(tx.out / s.name / s.deleted)
+        s.deleted, s.deleted_docs = name, len(dead)
+        s.deleted_sha256, s.deleted_bytes = sha256_file(path), path.stat().st_size
+    return garbage
+
+
+def _next_generation(tx: Transaction) -> int:
+    return (tx.manifest.generation or 0) + 1
+
+
+def commit_generation(tx: Transaction, titles: bool, garbage: list[Path]) -> None:
+    """Rebuild BM25, commit the next generation, then remove what it no longer lists."""
+    generation = _next_generation(tx)
+    old_bm25 = tx.manifest.lexical.dir if tx.manifest.lexical is not None else None
+    if tx.manifest.settings.bm25:
+        phases.build_lexical(tx, titles, f"{lexical.BM25_DIR}-{generation:06d}")
+        if old_bm25:
+            garbage.append(tx.out / old_bm25)
+    tx.manifest.generation = generation
+    tx.commit()
+    for path in garbage:
+        remove(path)

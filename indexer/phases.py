@@ -1,0 +1,237 @@
+"""The build's phases, each ending in a commit, so a killed build resumes at
+the phase it was in:
+
+1. encode: documents are encoded a shard at a time; each shard's LMDB store
+   is written aside, renamed into place, then listed in the manifest.
+2. train: once the vector count is known, the ANN index (default factory
+   chosen from count and dim) is trained on a fixed-seed sample.
+3. add (`fill`): every shard gets its own index file holding its vectors.
+   With store="codes" that file is the shard's standalone codes (IVF list
+   number and PQ codes a row, no ids: `ann.CODES_FILE`); its float16 copy is
+   dropped in the same commit and removed after it: stage 2 decodes the
+   codes instead.
+4. lexical: a BM25 index of every live document's title and text
+   (indexer.lexical) is written aside, renamed into place and listed
+   (skipped with bm25=False).
+
+Shard boundaries, batch composition and the training sample are all
+deterministic, so a resumed build ends as an uninterrupted one would. The
+living index (`living`) reuses train, fill and lexical on its new shards.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from propdex.encoders import Document
+
+from . import ann, lexical
+from .commit import TRAINED, Transaction, remove
+from .encoding import encoded, skip_records, take
+from .manifest import MANIFEST, AnnIndex, Lexical, Shard, Status, sha256_file
+from .readers import Record
+from .store import RowWriter
+
+if TYPE_CHECKING:
+    from propdex.encoders import Encoder
+
+log = logging.getLogger(__package__ + ".build")  # the writer's one logger name, as always
+
+
+def run(tx: Transaction, encoder: "Encoder", records: Iterable[Record], limit: int | None) -> None:
+    """Run the phases from the manifest's status on; a part of a build stops
+    after encoding (status `encoded`: `merge` goes on)."""
+    started = time.time()
+    m = tx.manifest
+    if m.status == Status.ENCODING:
+        encode(tx, encoder, records, limit)
+        m.status = Status.ENCODED if m.part else Status.TRAINING
+        tx.commit()
+    if m.status == Status.ENCODED:
+        log.info("encoded part %d of %d: %d documents in %d shards; merge the parts with `propdex merge`",
+                 m.part.id, m.part.of, m.counts.documents, len(m.shards))
+        return
+    if m.status == Status.TRAINING:
+        _train_all(tx)
+        m.status = Status.ADDING
+        tx.commit()
+    if m.status == Status.ADDING:
+        fill(tx)
+        m.status = Status.LEXICAL
+        tx.commit()
+    if m.status == Status.LEXICAL:
+        if m.settings.bm25:
+            build_lexical(tx, encoder.title)
+        m.status = Status.COMPLETE
+        tx.commit()
+    c = m.counts
+    log.info("indexed %d documents (%d sentences) as %d vectors in %d shards, %s; skipped %d %s; %.1fs",
+             c.documents, c.sentences, c.vectors, len(m.shards), m.index.factory, c.skipped, m.skipped or "",
+             time.time() - started)
+
+
+def _train_all(tx: Transaction) -> None:
+    """Train on every committed shard. No document at all commits nothing:
+    the manifest goes, so a re-run (another --format, say) starts afresh."""
+    m = tx.manifest
+    if m.counts.documents == 0:
+        (tx.out / MANIFEST).unlink()
+        raise ValueError(f"no document could be read from the inputs (skipped: {m.skipped or 'none'}); "
+                         f"check the paths and --format; nothing is indexed in {tx.out}")
+    try:
+        train(tx)
+    except ValueError as e:
+        raise ValueError(f"{e}; the encoded shards are kept: re-run with another --factory to train on them") from None
+
+
+def encode(tx: Transaction, encoder: "Encoder", records: Iterable[Record], limit: int | None) -> None:
+    """Encode `records` (at most `limit` documents, counting those committed)
+    into shards of shard_docs, committing each; the records committed shards
+    consumed are skipped, and so are ids they hold."""
+    shards = tx.manifest.shards
+    done_docs = sum(s.docs for s in shards)
+    seen: set[str] = set()
+    for s in shards:
+        store = tx.store(s)
+        seen.update(store.doc_ids())
+        store.close()
+    stream = iter(records)
+    skip_records(stream, sum(s.inputs for s in shards))
+    bar = tqdm(desc="index", unit="doc", initial=done_docs, total=limit, dynamic_ncols=True)
+    shard_docs = tx.manifest.settings.shard_docs
+    while limit is None or done_docs < limit:
+        want = shard_docs if limit is None else min(shard_docs, limit - done_docs)
+        docs, n_inputs, skipped, examples = take(stream, want, seen)
+        if n_inputs == 0:
+            break
+        shards.append(tx.write_shard(tx.next_shard(), encoded(encoder, docs, bar), n_inputs, skipped, examples))
+        tx.commit()
+        done_docs += len(docs)
+    bar.close()
+
+
+def train(tx: Transaction, shards: list[Shard] | None = None) -> None:
+    """Choose and train the ANN index on a sample of `shards`' vectors
+    (default: the committed ones); recorded in the manifest, not committed."""
+    started = time.time()
+    m, settings = tx.manifest, tx.manifest.settings
+    shards = m.shards if shards is None else shards
+    n, dim = sum(s.vectors for s in shards), tx.dim
+    backend = settings.backend
+    factory = "HNSW" if backend == "hnsw" else (settings.factory or ann.default_factory(n, dim, settings.store, settings.code_bytes))
+    m.index = AnnIndex(backend=backend, factory=factory, metric="inner_product", trained=None)
+    if backend == "faiss":
+        size = ann.training_size(factory, n)
+        if size:
+            sample = _sample(tx, size, shards)
+            log.info("training %s on %d of %d vectors", factory, len(sample), n)
+            trained = ann.train(factory, sample)
+            m.index.vector_norm = ann.common_norm(sample)  # stage 2 scales decoded codes back to it (ann.decoder)
+        else:
+            trained = ann.make_index(factory, dim)
+        ann.write_faiss(trained, tx.out / (TRAINED + ".tmp"))
+        (tx.out / (TRAINED + ".tmp")).rename(tx.out / TRAINED)
+        m.index.trained = TRAINED
+        m.index.trained_sha256 = sha256_file(tx.out / TRAINED)
+        m.index.trained_bytes = (tx.out / TRAINED).stat().st_size
+        m.index.trained_on = size
+    m.index.train_s = round(time.time() - started, 3)
+
+
+def _sample(tx: Transaction, size: int, shards: list[Shard]) -> np.ndarray:
+    """A fixed-seed uniform sample of the shards' vectors, read shard by shard:
+    the same shards give the same sample, so a resumed build trains the same."""
+    n = sum(s.vectors for s in shards)
+    chosen = np.sort(np.random.default_rng(0).choice(n, size=size, replace=False))
+    parts, base = [], 0
+    for s in shards:
+        store = tx.store(s)
+        for chunk in store.iter_vectors():
+            lo, hi = np.searchsorted(chosen, [base, base + len(chunk)])
+            parts.append(chunk[chosen[lo:hi] - base])
+            base += len(chunk)
+        store.close()
+    return np.concatenate(parts)
+
+
+def fill(tx: Transaction, shards: list[Shard] | None = None, commit: bool = True) -> list[Path]:
+    """Give each shard without one its ANN index file (committing each, in a
+    build: a killed add phase resumes at the next shard). Returns the float16
+    copies that store="codes" drops, to remove once the caller commits (with
+    `commit`: already removed)."""
+    m = tx.manifest
+    dropped: list[Path] = []
+    trained = ann.read_faiss(tx.out / TRAINED) if m.index.backend == "faiss" else None
+    pending = [s for s in (m.shards if shards is None else shards) if s.index is None]
+    for s in tqdm(pending, desc="add", unit="shard", disable=len(pending) < 2):
+        _fill_shard(tx, s, trained)
+        if m.settings.store == "codes" and s.stored:
+            dropped.append(tx.out / s.name / s.stored)
+            s.stored, s.stored_sha256, s.stored_bytes = None, None, None
+        if commit:
+            tx.commit()
+            for path in dropped:
+                remove(path)
+            dropped.clear()
+    return dropped
+
+
+def _fill_shard(tx: Transaction, s: Shard, trained: object | None) -> None:
+    """Write the shard's index file from its stored vectors, streamed: its
+    standalone codes (store="codes" over a standalone codec), a filled FAISS
+    index, or an HNSW graph (no trained index)."""
+    started = time.time()
+    store = tx.store(s)
+    folder = tx.out / s.name
+    if trained is not None and tx.manifest.settings.store == "codes" and ann.standalone(trained):
+        file = ann.CODES_FILE  # streamed: a shard's codes are never all in memory
+        rows = RowWriter(folder / (file + ".tmp"), trained.sa_code_size(), "|u1")
+        for chunk in store.iter_vectors():
+            rows.append(ann.encode(trained, chunk))
+        rows.finish()
+    elif trained is not None:
+        file = "index.faiss"
+        ann.write_faiss(ann.fill(trained, store.iter_vectors()), folder / (file + ".tmp"))
+    else:
+        file = "index.hnsw"
+        ann.build_hnsw(store.iter_vectors(), s.vectors, tx.dim, folder / (file + ".tmp"))
+    store.close()
+    (folder / (file + ".tmp")).rename(folder / file)
+    s.index, s.index_sha256 = file, sha256_file(folder / file)
+    s.index_bytes = (folder / file).stat().st_size
+    s.add_s = round(time.time() - started, 3)
+
+
+def build_lexical(tx: Transaction, titles: bool, name: str = lexical.BM25_DIR) -> None:
+    """BM25 over the live documents of the manifest's shards, in directory
+    `name`; recorded in the manifest, not committed. With no live document
+    there is no collection to score: the manifest records none."""
+    started = time.time()
+    m = tx.manifest
+    tmp, final = tx.out / (name + ".tmp"), tx.out / name
+    remove(tmp)
+    if not any(s.docs > (s.deleted_docs or 0) for s in m.shards):
+        m.lexical = None
+        return
+    index = lexical.index_documents(_live_documents(tx), titles)
+    index.save(tmp)
+    files = {f.name: sha256_file(f) for f in sorted(tmp.iterdir())}
+    tmp.rename(final)
+    m.lexical = Lexical.of(name, len(index), index.params, files, round(time.time() - started, 3))
+    log.info("BM25 over %d documents in %.1fs", len(index), time.time() - started)
+
+
+def _live_documents(tx: Transaction) -> Iterator[Document]:
+    for s in tx.manifest.shards:
+        store = tx.store(s)
+        dead = set(tx.deleted(s).tolist())
+        for o in range(s.docs):
+            if o not in dead:
+                yield store.document(o)
+        store.close()
