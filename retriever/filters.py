@@ -21,12 +21,15 @@ JSON (2021, true, ["a", "b"]) and as text otherwise.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from propdex.indexer.store import ShardStore, metadata_values
+
+if TYPE_CHECKING:
+    from .loading import Shard
 
 Scalar = str | int | float | bool | None
 # Operator -> (what it tests against a stored value, whether it takes a list).
@@ -81,6 +84,19 @@ def _condition(field: str, op: Any, value: Any) -> tuple[str, tuple[Scalar, ...]
             raise ValueError(f"where[{field!r}]['prefix']: a prefix is a string, got {value!r}")
     op = {"==": "in", "!=": "not in"}.get(op, op)
     return op, tuple(scalars)
+
+
+def allowed_per_shard(shards: Sequence["Shard"], where: Where | None) -> list[np.ndarray | None]:
+    """Per shard, a bool mask of the documents a search may return: live
+    ones that meet every condition of `where` (None: all of them)."""
+    out = []
+    for shard in shards:
+        mask = shard.live
+        for field, conditions in (where or {}).items():
+            match = allowed_documents(shard.store, field, conditions)
+            mask = match if mask is None else mask & match
+        out.append(mask)
+    return out
 
 
 def allowed_documents(store: ShardStore, field: str, conditions: tuple[tuple[str, tuple[Scalar, ...]], ...]) -> np.ndarray:

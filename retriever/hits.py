@@ -6,15 +6,30 @@ window stage 2 scores, `scoring.best_window`), a BM25 hit the sentences
 around the one that holds most of the query's terms, up to PASSAGE_WORDS.
 `hit.passage` gives the sentence range and `hit.document_text` the whole
 document. Below document level a hit's text is its sentence.
+
+A dense hit marks what matched in its sentence: the spans of the units that
+are some query vector's best match there.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from propdex.encoders import Document
 from propdex.encoders.units import Unit
 from propdex.indexer import lexical
+
+from . import scoring
+
+if TYPE_CHECKING:
+    from propdex.indexer.store import ShardStore
+
+    from .loading import Shard
+    from .rescoring import Candidate, Row
+    from .settings import Level
 
 # A BM25 hit's passage: its best sentence and its neighbours, up to this many
 # words (about the encoders' passage of 256 word pieces).
@@ -111,3 +126,69 @@ def lexical_hit(rank: int, doc: Document, score: float, terms: set[str]) -> Hit:
     passage = lexical_passage(doc, best)
     return Hit(rank, doc.id, doc.title, score, best, doc.text[a:b], best_spans, text=passage_text(doc, *passage),
                metadata=dict(doc.metadata), passage=passage, document=doc)
+
+
+def dense_hits(shards: Sequence["Shard"], cands: Sequence["Candidate"], rows: Sequence["Row"], level: "Level",
+               window: int | None = None) -> list[Hit]:
+    """Hits of stage 2's rows, ranked in their order; at document level each
+    shows its best window of `window` units (None: the whole document)."""
+    return [dense_hit(rank + 1, shards[cands[ci].shard].store, cands[ci], score, None if level == "doc" else (level, j), window)
+            for rank, (score, ci, j) in enumerate(rows)]
+
+
+def dense_hit(rank: int, store: "ShardStore", c: "Candidate", score: float, where: tuple[str, int] | None,
+              window: int | None = None) -> Hit:
+    """The hit for candidate `c`: at document level (`where` None) its
+    passage of `window` units, else the sentence or unit `where` names."""
+    doc = store.document(c.ordinal)
+    sentences = sentences_of(doc)
+    passage = None
+    if where is not None and where[0] == "unit":
+        matched, sentence = [where[1]], int(c.unit_sentences[where[1], 0])
+    else:
+        if where is None:
+            passage, sentence = _passage(c, window, len(sentences))
+        else:
+            sentence = where[1]
+        matched = _matched_units(c, sentence)
+    sentence = min(sentence, len(sentences) - 1)
+    passage = passage or (sentence, sentence)
+    s_start, s_end = sentences[sentence]
+    units = store.units(c.ordinal, matched, doc.id)
+    return Hit(rank, doc.id, doc.title, score, sentence, doc.text[s_start:s_end], _spans(units, sentences, sentence), units,
+               text=passage_text(doc, *passage), metadata=dict(doc.metadata), passage=passage, document=doc)
+
+
+def _spans(units: Sequence[Unit], sentences: Sequence[tuple[int, int]], sentence: int) -> list[tuple[int, int]]:
+    """The units' character spans inside the sentence, each once, in order
+    (a unit's spans are relative to its own sentence; parts outside are cut)."""
+    s_start, s_end = sentences[sentence]
+    spans = []
+    for u in units:
+        base = sentences[u.sentence][0] - s_start
+        for a, b in u.spans:
+            a, b = max(a + base, 0), min(b + base, s_end - s_start)
+            if a < b:
+                spans.append((a, b))
+    return sorted(set(spans))
+
+
+def _passage(c: "Candidate", window: int | None, n_sentences: int) -> tuple[tuple[int, int] | None, int]:
+    """A document-level hit's passage, its best window (the whole document
+    without one), and its best sentence inside it; (None, best sentence)
+    where no unit covers a sentence."""
+    scores = c.sentence_scores()
+    best = int(np.argmax(scores)) if len(scores) else 0
+    passage = scoring.best_window(c.sim, c.unit_sentences, window) if window else (0, n_sentences - 1)
+    if passage is None or not len(scores):
+        return None, best
+    passage = (min(passage[0], n_sentences - 1), min(passage[1], n_sentences - 1))
+    inside = scores[passage[0]:passage[1] + 1]
+    return passage, passage[0] + int(np.argmax(inside)) if len(inside) else best
+
+
+def _matched_units(c: "Candidate", sentence: int) -> list[int]:
+    """The units that are some query vector's best match inside the sentence."""
+    first, last = c.unit_sentences[:, 0], c.unit_sentences[:, 1]
+    inside = np.flatnonzero((first <= sentence) & (last >= sentence))
+    return sorted(set(inside[c.sim[:, inside].argmax(axis=1)].tolist())) if len(inside) else []

@@ -1,0 +1,197 @@
+"""Opening a committed index for search, and what a searcher holds of it.
+
+A searcher holds, for every shard with an ANN index, its store (documents,
+units, vectors), the index and which of its documents are deleted; the
+encoder the index was built with; and the index's BM25. Everything is
+checked on opening (files, counts, encoder, backbone weights): an index that
+would be misread is refused before any query sees it.
+
+Across shards a document is addressed by its key, shard << 32 | ordinal, so
+that stage 1's candidates of every shard sort and deduplicate as integers.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import lmdb
+import numpy as np
+
+from propdex.encoders import Document, encoder_from_config, recorded_config
+from propdex.indexer import ann, integrity, lexical
+from propdex.indexer.manifest import read_manifest
+from propdex.indexer.store import ShardStore, read_deleted
+
+if TYPE_CHECKING:
+    from propdex.encoders import Encoder
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+ORDINALS = 0xFFFFFFFF  # a key's low 32 bits: the document's ordinal in its shard
+OPEN_TRIES = 3
+
+
+@dataclass
+class Shard:
+    name: str
+    store: ShardStore
+    index: Any  # faiss.Index or ann.HnswIndex
+    live: np.ndarray | None = None  # bool per document; None: none is deleted
+    rotate: Any = None  # store="codes" behind OPQ: stage 2 scores rotated queries against codes decoded in the rotated space
+
+    def vector_mask(self, docs: np.ndarray | None) -> np.ndarray | None:
+        """Per vector, whether its document is in the bool mask `docs` (None: every vector)."""
+        return None if docs is None else np.repeat(docs, np.diff(self.store.offsets))
+
+
+def shard_of(key: int) -> int:
+    return key >> 32
+
+
+def ordinal_of(key: int) -> int:
+    return key & ORDINALS
+
+
+# -- opening ----------------------------------------------------------------------------
+def open_committed(path: Path, open_commit: Callable[[dict[str, Any]], T]) -> T:
+    """`open_commit(manifest)` for the index's current commit. A writer that
+    commits while this reader opens the commit before may remove some of its
+    files: the reader then opens the new commit instead, and gives up only
+    when the commit it failed on is still the current one (a damaged index)."""
+    for attempt in range(OPEN_TRIES):
+        manifest = read_manifest(path)
+        try:
+            return open_commit(manifest)
+        except (ValueError, OSError, lmdb.Error):
+            if attempt == OPEN_TRIES - 1 or read_manifest(path) == manifest:
+                raise
+    raise AssertionError("unreachable")
+
+
+def check_index(path: Path, manifest: dict[str, Any]) -> None:
+    """Refuse a damaged index; warn that an unfinished one is searched as far as it is built."""
+    problems = integrity.check(path, manifest)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ValueError(f"index {path} is damaged: {problems[0]}{more}; `propdex verify {path}` lists every problem")
+    if manifest["status"] != "complete":
+        log.warning("index %s is not complete (%s): searching its finished shards only; re-run the build to finish it", path, manifest["status"])
+
+
+def query_encoder(manifest: dict[str, Any], encoder: "Encoder | None", device: str, runtime: str) -> "Encoder":
+    """The encoder the index was built with (`encoder`, or one made from the
+    manifest): queries must land in the documents' vector space, so another
+    configuration or other backbone weights are refused."""
+    if encoder is None:
+        encoder = encoder_from_config(manifest["encoder"], device=device, runtime=runtime)
+    if encoder.config() != recorded_config(manifest["encoder"]):
+        raise ValueError(f"encoder {encoder.config()} does not match the index's {manifest['encoder']}")
+    if encoder.backbone.weights_hash != manifest["backbone"]["weights_sha256"]:
+        raise ValueError(f"backbone {encoder.backbone.name!r} here has other weights than the index was built with")
+    return encoder
+
+
+def open_shards(path: Path, manifest: dict[str, Any], mmap: bool) -> list[Shard]:
+    """Every shard that has an ANN index, checked against its manifest entry;
+    on any failure the stores opened so far are closed again."""
+    shards: list[Shard] = []
+    codecs = _Codecs(path, manifest)
+    try:
+        for entry in manifest["shards"]:
+            if entry["index"] is not None:
+                shards.append(_open_shard(path, manifest, entry, mmap, codecs))
+        return shards
+    except BaseException:
+        close_shards(shards)
+        raise
+
+
+def close_shards(shards: Sequence[Shard]) -> None:
+    for shard in shards:
+        shard.store.close()
+
+
+def open_bm25(path: Path, manifest: dict[str, Any]) -> lexical.BM25 | None:
+    """The index's BM25 (None: built without one). It is memory-mapped on
+    opening, not on first use: a writer's later commit replaces it, and this
+    reader keeps the view it opened."""
+    info = manifest.get("lexical")
+    return lexical.BM25.load(path / info["dir"]) if info else None
+
+
+class _Codecs:
+    """The trained index that standalone codes are read through, and the
+    pair codebook that decodes them for stage 2: read once, for every shard."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+        self.path, self.manifest = path, manifest
+        self.codec: Any = None
+        self.decoding: Any = None
+
+    def read(self) -> None:
+        if self.codec is None:
+            self.codec = ann.read_faiss(self.path / self.manifest["index"]["trained"])
+            self.decoding = ann.decoding_codec(self.codec)
+
+
+def _open_shard(path: Path, manifest: dict[str, Any], entry: dict[str, Any], mmap: bool, codecs: _Codecs) -> Shard:
+    store = ShardStore(path / entry["name"])
+    shard = Shard(entry["name"], store, None)
+    try:
+        file = path / entry["name"] / entry["index"]
+        codes = ann.read_codes(file) if ann.holds_codes(file) else None
+        if codes is not None:
+            codecs.read()
+            index = ann.index_from_codes(codecs.codec, codes)
+        else:
+            index = ann.read_shard_index(file, store.dim, entry["vectors"], mmap)
+        counts = (len(store), int(store.info["vectors"]), index.ntotal)
+        if counts != (entry["docs"], entry["vectors"], entry["vectors"]):
+            raise ValueError(f"index {path} is damaged: {entry['name']} holds {counts[0]} documents, {counts[1]} stored and "
+                             f"{counts[2]} indexed vectors, its manifest {entry['docs']} and {entry['vectors']}")
+        shard.index = index
+        if not store.has_vectors:  # store="codes": stage 2 decodes the index's codes
+            # Standalone codes decode through their codec; stage 1 may scan them in another layout.
+            store.decoder, shard.rotate = ann.scoring_decoder(index if codes is None else codecs.decoding, codes,
+                                                              manifest["index"].get("vector_norm"))
+        if entry.get("deleted"):
+            shard.live = np.ones(len(store), dtype=bool)
+            shard.live[read_deleted(path / entry["name"] / entry["deleted"])] = False
+        return shard
+    except BaseException:
+        store.close()
+        raise
+
+
+# -- documents by id ----------------------------------------------------------------------
+def key_of(shards: Sequence[Shard], doc_id: str) -> int | None:
+    """The live document's key, or None where no shard holds it (an updated
+    document's earlier version is deleted)."""
+    for s, shard in enumerate(shards):
+        ordinal = shard.store.ordinal(doc_id)
+        if ordinal is not None and (shard.live is None or shard.live[ordinal]):
+            return (s << 32) | ordinal
+    return None
+
+
+def document_at(shards: Sequence[Shard], key: int) -> Document:
+    return shards[shard_of(key)].store.document(ordinal_of(key))
+
+
+def locate(shards: Sequence[Shard], doc_ids: Sequence[str], allowed: Sequence[np.ndarray | None] | None = None) -> np.ndarray:
+    """Keys of the listed documents that the index holds (and the per-shard
+    masks `allowed` let through), in the order given, each once."""
+    keys = [key_of(shards, d) for d in dict.fromkeys(doc_ids)]
+    keys = [k for k in keys if k is not None and _allows(allowed, k)]
+    return np.array(keys, dtype=np.int64)
+
+
+def _allows(allowed: Sequence[np.ndarray | None] | None, key: int) -> bool:
+    if allowed is None:
+        return True
+    mask = allowed[shard_of(key)]
+    return mask is None or bool(mask[ordinal_of(key)])

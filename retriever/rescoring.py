@@ -1,0 +1,142 @@
+"""Stage 2: exact re-scoring of stage 1's candidates, and aggregation to rows.
+
+Each candidate document is scored from its stored vectors: MaxSim, or for
+Cross-Thought an attention softmax over the units of all candidates at
+once. A multi-vector query scores a document by its best window of
+consecutive sentences (`window` units, about a passage), as ColBERT
+retrieves passages: MaxSim over a whole article grows with its length.
+
+The scores are then aggregated to the level asked for: a row is a document,
+a sentence (the MaxSim of its units) or a unit.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import scoring
+from .loading import Shard, ordinal_of, shard_of
+from .settings import Level
+
+# (score, candidate index, sentence or unit: 0 for a document), best first.
+Row = tuple[float, int, int]
+
+
+@dataclass
+class Candidate:
+    """One re-scored document: exact similarities of every query vector to its units."""
+
+    shard: int
+    ordinal: int
+    sim: np.ndarray  # (m, n) float32
+    unit_sentences: np.ndarray  # (n, 2)
+    score: float
+    tier: int = 0  # 1: past stage 1's first `rerank` documents, ranked after them
+
+    @property
+    def key(self) -> int:
+        return (self.shard << 32) | self.ordinal
+
+    def sentence_scores(self) -> np.ndarray:
+        """MaxSim per sentence of the document (-inf where it has no unit)."""
+        n = int(self.unit_sentences[:, 1].max()) + 1 if len(self.unit_sentences) else 0
+        return scoring.sentence_scores(self.sim, self.unit_sentences, n)
+
+
+def rescore(shards: Sequence[Shard], q: np.ndarray, chosen: np.ndarray, n: int, exclude: set[str], *, blocks: int = 0,
+            first: int | None = None, window: int | None = None) -> list[Candidate]:
+    """The chosen documents (keys) scored exactly, best first, and the best
+    `n` of them; documents whose id is in `exclude` are left out.
+
+    `blocks` scores by attention over that many blocks (Cross-Thought; one
+    query vector). With `first`, `chosen` is in stage 1's order and its first
+    `first` documents (once `exclude` is out) rank ahead of the rest, each
+    group best first: a page is the same whatever k. With `window`, a
+    document scores as its best window's (scoring.window_maxsims)."""
+    if blocks and len(q) != 1:
+        raise ValueError(f"attention scoring takes one query vector, got {len(q)}")
+    out: list[Candidate] = []
+    for shard, ordinals in _by_shard(chosen).items():
+        out += _similarities(shards[shard], shard, q, ordinals, exclude, blocks)
+    if blocks and out:
+        _attend(out)
+    _score(out, window)
+    if first is not None and len(out) > first:
+        _second_tier(out, chosen, first)
+    out.sort(key=lambda c: (c.tier, -c.score, c.shard, c.ordinal))
+    return out[:n]
+
+
+def _by_shard(keys: np.ndarray) -> dict[int, list[int]]:
+    """The keys' ordinals per shard, in the order met."""
+    out: dict[int, list[int]] = {}
+    for key in keys.tolist():
+        out.setdefault(shard_of(key), []).append(ordinal_of(key))
+    return out
+
+
+def _similarities(shard: Shard, s: int, q: np.ndarray, ordinals: list[int], exclude: set[str], blocks: int) -> list[Candidate]:
+    """Candidates of one shard (number `s`) with every query vector's
+    similarities to their stored vectors, not yet scored."""
+    store = shard.store
+    if exclude:
+        ordinals = [o for o in ordinals if store.document(o).id not in exclude]
+    stored = store.vectors(ordinals)
+    if not stored:
+        return []
+    parts = [v for v, _ in stored]
+    qs = q if shard.rotate is None else shard.rotate(q)
+    sims = scoring.block_logits(qs, np.concatenate(parts), blocks) if blocks else scoring.similarities(qs, parts)
+    bounds = np.cumsum([0] + [len(v) for v in parts])
+    return [Candidate(s, o, sims[:, bounds[i] : bounds[i + 1]], sen, 0.0) for i, (o, (_, sen)) in enumerate(zip(ordinals, stored))]
+
+
+def _attend(cands: list[Candidate]) -> None:
+    """Block logits to attention weights: the softmax runs over every
+    candidate unit of every shard at once, as Cross-Thought attends."""
+    alpha = scoring.attention(np.concatenate([c.sim for c in cands], axis=1))
+    bounds = np.cumsum([0] + [c.sim.shape[1] for c in cands])
+    for i, c in enumerate(cands):
+        c.sim = alpha[None, bounds[i] : bounds[i + 1]]
+
+
+def _score(cands: list[Candidate], window: int | None) -> None:
+    """Each candidate's score: MaxSim over the document, or over its best window."""
+    if window is None:
+        for c in cands:
+            c.score = scoring.maxsim(c.sim)
+    elif cands:
+        scores = scoring.window_maxsims(np.concatenate([c.sim for c in cands], axis=1), [c.unit_sentences for c in cands], window)
+        for c, score in zip(cands, scores.tolist()):
+            c.score = score
+
+
+def _second_tier(cands: list[Candidate], chosen: np.ndarray, first: int) -> None:
+    """Mark the candidates past stage 1's first `first` (in `chosen`'s order) to rank after them."""
+    place = {key: i for i, key in enumerate(chosen.tolist())}
+    cands.sort(key=lambda c: place[c.key])
+    for c in cands[first:]:
+        c.tier = 1
+
+
+def rows(cands: Sequence[Candidate], k: int, level: Level) -> list[Row]:
+    """The best k rows of the candidates at `level`, best first. Second-tier
+    candidates stay behind the first tier's, and ties fall to the shard,
+    ordinal and sentence or unit: the same query ranks the same way."""
+    if level == "doc":
+        return [(c.score, ci, 0) for ci, c in enumerate(cands[:k])]
+    out: list[Row] = []
+    for ci, c in enumerate(cands):
+        scores = c.sentence_scores() if level == "sentence" else _unit_scores(c)
+        for j in scoring.top_k(scores, k):
+            if np.isfinite(scores[j]):
+                out.append((float(scores[j]), ci, int(j)))
+    out.sort(key=lambda r: (cands[r[1]].tier, -r[0], cands[r[1]].shard, cands[r[1]].ordinal, r[2]))
+    return out[:k]
+
+
+def _unit_scores(c: Candidate) -> np.ndarray:
+    """Each unit's score; title units cover no sentence (last < first) and are never a unit hit."""
+    return np.where(c.unit_sentences[:, 1] >= c.unit_sentences[:, 0], scoring.unit_scores(c.sim), -np.inf)
