@@ -27,9 +27,9 @@ GAP = " ... "
 # Hits a context is packed from: enough sentences or units for a few hundred words.
 CONTEXT_K = 100
 # How a context searches unless told otherwise: sentences, fused with BM25,
-# with the second hop. It put the most answers into 200 words on HotpotQA's
-# odd-numbered questions and held on the even ones (eval/RESULTS.md,
-# "Context for a prompt"); a single-hop question loses little to the hop.
+# with the second hop: of the settings tried, the one that packs the most
+# answers into a prompt-sized budget, and kept on questions it was not chosen
+# on; a single-hop question loses little to the hop.
 CONTEXT_DEFAULTS = {"level": "sentence", "hybrid": True, "hops": 2}
 
 

@@ -20,11 +20,12 @@ def similarities(queries: np.ndarray, parts: Sequence[np.ndarray], block_rows: i
 
     Stage 2 hands in a view of the memory-mapped float16 store per
     candidate document. They are widened into one reused float32 block of
-    `block_rows` rows and multiplied a block at a time, by torch: on the
-    2-core bench machine numpy widened float16 4.8x slower and OpenBLAS
-    multiplied 2x slower, and widening all candidates at once (27k rows for
-    100 SciFact documents) spent more time faulting in a fresh 41 MB array
-    than multiplying. The result is exactly numpy's float32 product.
+    `block_rows` rows and multiplied a block at a time, by torch: torch
+    widens float16 and multiplies faster than numpy and OpenBLAS, and one
+    block is reused where widening all candidates at once would fault in a
+    fresh array as large as all of their vectors, which costs more than
+    the product. The result is exactly numpy's float32
+    product.
 
     Decoded codes arrive as float32 rows of one array, end to end: they
     are multiplied where they lie, with no block to copy them into.
@@ -149,9 +150,9 @@ def window_maxsims(sim: np.ndarray, unit_sentences: Sequence[np.ndarray], window
     """`window_maxsim` of each of several documents whose columns lie side by
     side in `sim`, in order: (documents,), -inf for a document without
     units. Every window of every document is one group of a single
-    `group_maxsim`: stage 2 scores its candidates in one call, where one
-    call per document spent more in numpy's per-call overhead than in the
-    arithmetic (32 SciFact documents: 3.1 of a query's 38 ms)."""
+    `group_maxsim`: stage 2 scores its candidates in one call, since a
+    document's windows are few and small, and one call per document would
+    spend more in numpy's per-call overhead than in the arithmetic."""
     groups, counts, offset = [], [], 0
     for us in unit_sentences:
         g, n = sentence_windows(us, window)
