@@ -24,8 +24,7 @@ def similarities(queries: np.ndarray, parts: Sequence[np.ndarray], block_rows: i
     widens float16 and multiplies faster than numpy and OpenBLAS, and one
     block is reused where widening all candidates at once would fault in a
     fresh array as large as all of their vectors, which costs more than
-    the product. The result is exactly numpy's float32
-    product.
+    the product. The result is exactly numpy's float32 product.
 
     Decoded codes arrive as float32 rows of one array, end to end: they
     are multiplied where they lie, with no block to copy them into.
