@@ -31,7 +31,7 @@ trained; a head trained with `--context passage` defaults to `"passage"`).
 it, weighted by w, and a query's own mean vector beside the query's: a
 proposition then scores its cosine plus w times its passage's, so a
 document is found by its best fact *and* by what it is about as a whole
-(HotpotQA's multi-hop questions name both). Read a sentence at a time, the
+(a multi-hop question names both). Read a sentence at a time, the
 passage vectors take a second, packed pass (`single`'s encoding cost on
 top); with `context="passage"` they come from the one pass.
 
@@ -45,11 +45,13 @@ that mask and not re-segmented. The head shipped before this one
 (`weights/proposition-lora`: an MLP over LoRA-adapted layers, queries
 through the MLP too, the segmenter in a pass of its own) still loads, and
 indexes built with it keep working.
+
+The head and its teacher live in `proposition_head`, the glue to the
+segmenter in `proposition_segments`; both are re-exported here.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,13 +59,21 @@ import torch
 from torch import nn
 
 from . import weights_path
-from .adapters import adapter_stages, merged_stages
 from .backbone import Backbone
-from .base import Encoder, SentenceLocator, TokenStates, _n_specials, cut_passages, hidden_states, span_pool, tokenize
+from .base import Encoder, SentenceLocator, TokenStates, _n_specials, cut_passages, span_pool
+from .proposition_head import PropositionHead, feature_dim, leading, load_weights, mean_vectors, proposition_features
+from .proposition_segments import (
+    covering, isolated_reading, known_propositions, sentence_blocks, sentence_pieces, spans_of, unit_text, units_by_owner, word_inputs,
+)
 from .provenance import read_weights, recorded_weights, verified_sha256
-from .segment import PairSegmenter, Proposition, word_spans, words, spans_text
-from .text import is_wordlike
+from .segment import PairSegmenter, words
 from .units import Document, Encoded, Kind, Passage, Span
+
+__all__ = [
+    "CONTEXTS", "LEGACY_HEAD", "PropositionEncoder", "PropositionHead", "beside_passages", "checked_context", "checked_dims",
+    "covering", "encode_alone", "feature_dim", "isolated_reading", "known_propositions", "leading", "load_weights", "mean_vectors",
+    "proposition_features", "sentence_blocks", "sentence_pieces", "spans_of", "unit_text", "units_by_owner", "word_inputs",
+]
 
 # The head shipped before the frozen, distilled one; indexes built with it keep loading.
 LEGACY_HEAD = "proposition-lora"
@@ -71,78 +81,41 @@ LEGACY_HEAD = "proposition-lora"
 CONTEXTS = ("sentence", "passage", "isolated")
 
 
-def leading(v: torch.Tensor, dims: int) -> torch.Tensor:
-    """The leading `dims` dimensions, re-normalised (all of them for 0):
-    what `proposition:dims=` indexes, and what training's Matryoshka term
-    and epoch selection score."""
-    return nn.functional.normalize(v[:, :dims] if dims else v, dim=-1)
+def checked_dims(dims: int | str | None, out_dim: int, distilled: bool) -> int:
+    """The leading dimensions an index keeps (`dims`; all of them for none).
+    A distilled head is trained for its leading dimensions too
+    (Matryoshka), so a prefix, re-normalised, is a smaller index of the
+    same space; any other head gives its whole width."""
+    kept = out_dim if dims in (None, "", "None") else int(dims)
+    if not 1 <= kept <= out_dim or (kept != out_dim and not distilled):
+        raise ValueError(f"dims must be between 1 and {out_dim} (the head's width) and needs a distilled head, got {dims!r}")
+    return kept
 
 
-class PropositionHead(nn.Module):
-    """Student: in-context features -> MLP -> L2-normalised `out_dim` vector,
-    plus (`query_dim`) the linear map that puts the backbone's mean vector
-    of a text - a query, or the teacher's proposition - in the same space.
-
-    With a query map the student's output is a residual on the projected
-    in-context means (the proposition's last-layer mean, plus
-    `sentence_weight` times its sentence's, as the teacher mixes them):
-    untrained, the head is mask pooling seen through the teacher's map."""
-
-    def __init__(self, dim: int, hidden: int, out_dim: int, query_dim: int | None = None, sentence_weight: float = 0.0) -> None:
-        super().__init__()
-        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
-        self.query = nn.Linear(query_dim, out_dim) if query_dim else None
-        self.query_dim = query_dim
-        self.sentence_weight = sentence_weight
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        out = self.mlp(features)
-        if self.query is not None:
-            # The base the MLP corrects: the proposition's last-layer mean (the
-            # first `query_dim` features) plus its sentence's (the last ones),
-            # mixed as in the teacher, through the query map.
-            d = self.query_dim
-            base = nn.functional.normalize(features[:, :d], dim=-1)
-            if self.sentence_weight:
-                base = base + self.sentence_weight * nn.functional.normalize(features[:, -d:], dim=-1)
-            out = out + self.query(nn.functional.normalize(base, dim=-1))
-        return nn.functional.normalize(out, dim=-1)
-
-    def embed(self, vectors: torch.Tensor) -> torch.Tensor:
-        """Backbone mean vectors (queries, or texts alone) -> the shared space."""
-        if self.query is None:
-            raise ValueError("this proposition head has no query map (a LoRA head: queries go through its MLP)")
-        return nn.functional.normalize(self.query(nn.functional.normalize(vectors, dim=-1)), dim=-1)
-
-
-def load_weights(path: str | Path, model: nn.Module) -> tuple[PropositionHead, nn.Module, dict[str, Any]]:
-    """The head, the backbone model to use (adapted and merged when the
-    weights carry LoRA adapters, else `model` itself), and the config."""
-    state, config = read_weights(path, "proposition head", "train one with `propdex train proposition`")
-    head = PropositionHead(config["dim"], config["hidden"], config["out_dim"], config.get("query_dim"), config.get("sentence_weight", 0.0))
-    head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
-    if stages := adapter_stages(config):
-        model = merged_stages(model, stages, state, path)
-    return head.eval(), model.eval(), config
-
-
-def proposition_features(states: torch.Tensor, offsets: np.ndarray, special: np.ndarray, groups: Sequence[Sequence[Span]], dim: int) -> torch.Tensor:
-    """The student's input for each proposition of one sentence, side by side:
-    the last layer's mean under the proposition (the residual's base), every
-    head layer's mean under it, and every head layer's mean over the
-    sentence's text (what the proposition is said in). `states` holds the
-    head's layers side by side, `dim` wide each, the last layer last."""
-    real = ~special
-    pooled = span_pool(states, offsets, real, groups)
-    sentence = states[torch.from_numpy(real)].mean(0) if real.any() else states.mean(0)
-    return torch.cat([pooled[:, -dim:], pooled, sentence.expand(len(groups), -1)], dim=1)
-
-
-def feature_dim(dim: int, layers: int) -> int:
-    return dim * (1 + 2 * layers)
+def checked_context(context: str, beside: float | str, runtime: str, distilled: bool) -> tuple[str, float]:
+    """What one pass reads (`CONTEXTS`) and the weight of the passage's
+    vector stored beside each proposition (`beside`). Both need a distilled
+    head, whose query map puts passages and propositions in one space; the
+    isolated reading takes an attention mask of its own, which only the
+    torch runtime accepts."""
+    if context not in CONTEXTS:
+        raise ValueError(f"proposition context must be one of {', '.join(CONTEXTS)}, got {context!r}")
+    if context == "isolated" and runtime != "torch":
+        raise ValueError(f"context=isolated reads with an attention mask of its own, which the {runtime} runtime does not take; use --runtime torch")
+    weight = float(beside)
+    if (context != "sentence" or weight) and not distilled:
+        raise ValueError("context= and beside= need a distilled head (one with a query map)")
+    if not 0 <= weight < 100:
+        raise ValueError(f"beside is the weight of the context's vector, from 0 (none) up; got {beside!r}")
+    return context, weight
 
 
 class PropositionEncoder(Encoder):
+    """One vector per proposition: the segmenter finds a sentence's
+    propositions and the head encodes each from the same backbone pass (the
+    module's docstring says how); the head and its teacher live in
+    `proposition_head`, the segmentation glue in `proposition_segments`."""
+
     name = "proposition"
     kind = Kind.PROPOSITION
 
@@ -154,6 +127,23 @@ class PropositionEncoder(Encoder):
         super().__init__(backbone, batch_size)
         from . import flag
 
+        model = self._load_head(head, segmenter, head_sha256)
+        self.query_segments = flag(query_segments)
+        self.standalone = flag(standalone)
+        self.distilled = self.head.query is not None
+        self.out_dim = int(self.head_config["out_dim"])
+        self._dim = checked_dims(dims, self.out_dim, self.distilled)
+        if self.standalone and not self.distilled:
+            raise ValueError("standalone=1 needs a distilled head (one with a query map)")
+        # A head trained on passage-read states (`train proposition --context passage`) reads them by default.
+        context = context or self.head_config.get("context", "sentence")
+        self.context, self.beside = checked_context(context, beside, backbone.runtime, self.distilled)
+        self._choose_layers(model)
+
+    def _load_head(self, head: str, segmenter: str, head_sha256: str | None) -> nn.Module:
+        """Load the head (checked against the sha256 an index recorded) and
+        name the segmenter; returns the backbone model the head reads."""
+        backbone = self.backbone
         if head == "default" and recorded_weights(weights_path("proposition"), weights_path(LEGACY_HEAD), head_sha256).name == LEGACY_HEAD:
             head = LEGACY_HEAD  # an index built while the LoRA head was the default
         self.head_path = weights_path("proposition" if head == "default" else head)
@@ -164,29 +154,13 @@ class PropositionEncoder(Encoder):
         if self.head_config["backbone"] != backbone.name and head == "default":
             raise ValueError(f"the packaged proposition head was trained on {self.head_config['backbone']}, not {backbone.name}")
         self.head_sha256 = verified_sha256(self.head_path, head_sha256)
-        self.query_segments = flag(query_segments)
-        self.standalone = flag(standalone)
-        self.distilled = self.head.query is not None
-        # A distilled head is trained for its leading dimensions too (Matryoshka):
-        # `dims` keeps the first `dims` and re-normalises, for smaller indexes.
-        self.out_dim = int(self.head_config["out_dim"])
-        self._dim = self.out_dim if dims in (None, "", "None") else int(dims)
-        if not 1 <= self._dim <= self.out_dim or (self._dim != self.out_dim and not self.distilled):
-            raise ValueError(f"dims must be between 1 and {self.out_dim} (the head's width) and needs a distilled head, got {dims!r}")
-        if self.standalone and not self.distilled:
-            raise ValueError("standalone=1 needs a distilled head (one with a query map)")
-        # A head trained on passage-read states (`train proposition --context passage`) reads them by default.
-        context = context or self.head_config.get("context", "sentence")
-        if context not in CONTEXTS:
-            raise ValueError(f"proposition context must be one of {', '.join(CONTEXTS)}, got {context!r}")
-        if context == "isolated" and backbone.runtime != "torch":
-            raise ValueError(f"context=isolated reads with an attention mask of its own, which the {backbone.runtime} runtime does not take; use --runtime torch")
-        self.context, self.beside = context, float(beside)
-        if (self.context != "sentence" or self.beside) and not self.distilled:
-            raise ValueError("context= and beside= need a distilled head (one with a query map)")
-        if not 0 <= self.beside < 100:
-            raise ValueError(f"beside is the weight of the context's vector, from 0 (none) up; got {beside!r}")
-        n = backbone.model.config.num_hidden_layers
+        return model
+
+    def _choose_layers(self, model: nn.Module) -> None:
+        """The backbone layers the pass keeps: the head's and the segmenter's
+        side by side (a distilled head), or the head's, read through its
+        adapted copy of the backbone (the LoRA head)."""
+        n = self.backbone.model.config.num_hidden_layers
         last = lambda layers: tuple(n if i == -1 else int(i) for i in layers)  # noqa: E731
         self.head_layers = last(self.head_config.get("layers", (-1,)))
         self.segmenter_layers = last(read_weights(self.segmenter_path, "segmenter")[1].get("backbone_layers") or (-1,))
@@ -198,8 +172,7 @@ class PropositionEncoder(Encoder):
             self.layers = tuple(sorted(set(self.head_layers) | set(self.segmenter_layers)))
         else:
             # The LoRA head reads its adapted copy; the segmenter, the frozen backbone in a pass of its own.
-            self.layers, self.model = self.head_layers, model.to(backbone.device)
-
+            self.layers, self.model = self.head_layers, model.to(self.backbone.device)
     @property
     def dim(self) -> int:
         return self._dim + (self.backbone.dim if self.beside else 0)
@@ -251,55 +224,25 @@ class PropositionEncoder(Encoder):
         # Queries are the teacher's side: a text query already is; a proposition
         # given in context (a focus) is its own text, encoded alone.
         if self.distilled and (self.standalone and not query or query and any(p.doc.focus for p in passages)):
-            out = self._alone(passages, out, progress, query)
+            out = encode_alone(self, passages, out, progress, query)
         if self.beside and not query and self.context == "sentence":
-            out = self._beside_passages(passages, out, progress)
+            out = beside_passages(self, passages, out, progress)
         return out
 
-    def _beside_passages(self, passages: Sequence[Passage], encoded: list[Encoded], progress: bool) -> list[Encoded]:
-        """Each sentence's propositions followed by `beside` times `single`'s
-        vector of the packed passage the sentence sits in."""
-        docs = list({id(p.doc): p.doc for p in passages}.values())
-        packed = {id(d): cut_passages(d, self.backbone, window=self.max_length - _n_specials(self.backbone) - self.title_tokens(d)) for d in docs}
-        flat = [pp for d in docs for pp in packed[id(d)]]
-        vectors = nn.functional.normalize(mean_vectors(self.backbone, [pp.text for pp in flat], [self.title_of(pp.doc) for pp in flat],
-                                                       self.batch_size, progress, desc="encode passages"), dim=-1).numpy()
-        where = {(id(pp.doc), pp.start): v for pp, v in zip(flat, vectors)}
-        out = []
-        for p, e in zip(passages, encoded):
-            starts = [pp.start for pp in packed[id(p.doc)] if pp.start <= p.start]
-            vector = where[(id(p.doc), max(starts))] if starts else np.zeros(self.backbone.dim, np.float32)
-            v = e.vectors.copy()
-            v[:, self._dim :] = self.beside * vector
-            out.append(Encoded(v, e.units))
-        return out
+    def _window(self, doc: Document) -> int:
+        """Text tokens a packed passage of `doc` holds: the model's length,
+        less the specials and the title in front."""
+        return self.max_length - _n_specials(self.backbone) - self.title_tokens(doc)
 
     def passages(self, doc: Document) -> list[Passage]:
         """One sentence per passage, the unit the segmenter reads; with
         `context="passage"` or `"isolated"`, `single`'s packed passages."""
-        window = self.max_length - _n_specials(self.backbone) - self.title_tokens(doc)
-        return cut_passages(doc, self.backbone, window=window, pack=self.context != "sentence")
+        return cut_passages(doc, self.backbone, window=self._window(doc), pack=self.context != "sentence")
 
     def reading(self, passages: Sequence[Passage], enc: dict[str, torch.Tensor], offsets: np.ndarray, special: np.ndarray) -> dict[str, torch.Tensor]:
         """With `context="isolated"`, a packed passage is read as its
-        sentences would be one at a time, in one pass: each sentence's tokens
-        attend to themselves and to the [CLS] title [SEP] in front, and count
-        positions on from it."""
-        if self.context != "isolated":
-            return {}
-        blocks = np.stack([sentence_blocks(p, o, sp) for p, o, sp in zip(passages, offsets, special)])
-        keys = enc["attention_mask"].numpy().astype(bool)
-        prefix = blocks == 0
-        # Query i reads key j in its own block, or in the prefix (which reads only itself).
-        allowed = keys[:, None, :] & ((blocks[:, :, None] == blocks[:, None, :]) | prefix[:, None, :])
-        positions = np.zeros(blocks.shape, np.int64)
-        for r, row in enumerate(blocks):
-            t = int(prefix[r].sum())
-            positions[r, prefix[r]] = np.arange(t)
-            for b in np.unique(row[row > 0]):
-                at = row == b
-                positions[r, at] = t + np.arange(int(at.sum()))
-        return {"attention_mask": torch.from_numpy(allowed[:, None]), "position_ids": torch.from_numpy(positions)}
+        sentences would be one at a time, in one pass (`isolated_reading`)."""
+        return isolated_reading(passages, enc, offsets, special) if self.context == "isolated" else {}
 
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
         return self.pool_batch([passage], [tokens], query=query)[0]
@@ -314,29 +257,15 @@ class PropositionEncoder(Encoder):
         for i, (passage, states) in enumerate(zip(passages, tokens)):
             whole = query and not passage.doc.focus and not self.query_segments
             if whole and self.distilled:
-                # A text query is one need: the backbone's mean vector, projected.
-                with torch.inference_mode():
-                    vector = self._cut(self.head.embed(means[i].to(self.backbone.device)))
-                unit = SentenceLocator(passage.doc).unit([(passage.start, passage.end)], Kind.PROPOSITION)
-                out[i] = Encoded(self._with_context(vector, means[i], 1.0), [unit])
+                out[i] = self._query_vector(passage, means[i])
                 continue
             packed = self.context != "sentence" and not query and not passage.doc.focus
             for piece in sentence_pieces(passage, states) if packed else [(passage, states)]:
                 items.append((*piece, whole))
                 owners.append(i)
         found = self.features_batch(items)
-        if items:
-            with torch.inference_mode():
-                rows = torch.cat([f for _, f in found])
-                vectors = self._cut(self.head(rows.to(self.backbone.device))) if len(rows) else np.zeros((0, self._dim), np.float32)
-        per_owner: dict[int, tuple[list, list]] = {}
-        at = 0
-        for owner, (piece, _, _), (groups, _) in zip(owners, items, found):
-            units, rows_of = per_owner.setdefault(owner, ([], []))
-            locate = SentenceLocator(piece.doc)
-            units.extend(locate.unit([(a + piece.start, b + piece.start) for a, b in g], Kind.PROPOSITION) for g in groups)
-            rows_of.extend(range(at, at + len(groups)))
-            at += len(groups)
+        vectors = self._head_vectors([f for _, f in found]) if items else None
+        per_owner = units_by_owner(owners, [piece for piece, _, _ in items], [groups for groups, _ in found])
         for i in range(len(passages)):
             if out[i] is not None:
                 continue
@@ -346,6 +275,20 @@ class PropositionEncoder(Encoder):
             else:
                 out[i] = Encoded(self._with_context(vectors[rows_of], means[i], 1.0 if query else self.beside), units)
         return out  # type: ignore[return-value]
+
+    def _query_vector(self, passage: Passage, mean: torch.Tensor) -> Encoded:
+        """A text query is one need: the backbone's mean vector of it, through
+        the head's query map (the teacher's side)."""
+        with torch.inference_mode():
+            vector = self._cut(self.head.embed(mean.to(self.backbone.device)))
+        unit = SentenceLocator(passage.doc).unit([(passage.start, passage.end)], Kind.PROPOSITION)
+        return Encoded(self._with_context(vector, mean, 1.0), [unit])
+
+    def _head_vectors(self, features: list[torch.Tensor]) -> np.ndarray:
+        """The head over the features of every proposition of a batch, at once."""
+        with torch.inference_mode():
+            rows = torch.cat(features)
+            return self._cut(self.head(rows.to(self.backbone.device))) if len(rows) else np.zeros((0, self._dim), np.float32)
 
     def _with_context(self, vectors: np.ndarray, mean: torch.Tensor | None, weight: float) -> np.ndarray:
         """`vectors` followed, with `beside`, by `weight` times the unit-length
@@ -383,120 +326,58 @@ class PropositionEncoder(Encoder):
     def propositions_batch(self, items: Sequence[tuple[Passage, TokenStates, bool]]) -> list[list[tuple[Span, ...]]]:
         """`propositions` of many (passage, states, whole): the segmenter
         decodes all the texts it reads in one go."""
-        out: list[list[tuple[Span, ...]] | None] = [None] * len(items)
-        decode: list[int] = []
-        for k, (passage, tokens, whole) in enumerate(items):
-            doc, text = passage.doc, passage.text
-            offsets = words(text)
-            if doc.focus:
-                out[k] = [tuple((max(a, passage.start) - passage.start, min(b, passage.end) - passage.start)
-                                for a, b in doc.focus if a < passage.end and b > passage.start)]
-            elif len(offsets) == 0:
-                out[k] = []
-            elif whole:
-                out[k] = [((int(offsets[0, 0]), int(offsets[-1, 1])),)]
-            elif text in self._segments:
-                out[k] = [word_spans(text, offsets, p) for p in covering(text, offsets, self._segments[text])]
-            elif not self.distilled:
-                props = self.segmenter.segment([text])[0]
-                out[k] = [word_spans(text, offsets, p) for p in covering(text, offsets, props)]
-            else:
-                decode.append(k)
-        if decode:
-            # What the segmenter reads: this very pass's states, one per word.
-            inputs = []
+        out = [known_propositions(passage, whole, self._segments) for passage, _, whole in items]
+        decode = [k for k, found in enumerate(out) if found is None]
+        if not self.distilled:
             for k in decode:
-                passage, tokens, _ = items[k]
-                offsets = words(passage.text)
-                states = tokens.states[:, self._columns(self.segmenter_layers)]
-                wstates = span_pool(states, tokens.offsets, ~tokens.special, [[(int(a), int(b))] for a, b in offsets])
-                inputs.append((wstates.to(self.backbone.device), passage.text, offsets))
+                text = items[k][0].text
+                out[k] = spans_of(text, words(text), self.segmenter.segment([text])[0])
+        elif decode:
+            # What the segmenter reads: this very pass's states, one per word.
+            columns = self._columns(self.segmenter_layers)
+            inputs = [word_inputs(items[k][0], items[k][1], columns, self.backbone.device) for k in decode]
             with torch.inference_mode():
                 decoded = self.segmenter.decode_many(inputs)
             for k, (_, text, offsets), props in zip(decode, inputs, decoded):
-                out[k] = [word_spans(text, offsets, p) for p in covering(text, offsets, props)]
+                out[k] = spans_of(text, offsets, props)
         return out  # type: ignore[return-value]
 
-    # -- the standalone baseline ---------------------------------------------
-    @torch.inference_mode()
-    def _alone(self, passages: Sequence[Passage], encoded: list[Encoded], progress: bool, query: bool) -> list[Encoded]:
-        """Every proposition re-encoded from its own text, after its title."""
-        items = [(i, j) for i, e in enumerate(encoded) for j in range(len(e.units))]
-        texts = [unit_text(passages[i].doc, encoded[i].units[j]) for i, j in items]
-        titles = [self.title_of(passages[i].doc) for i, _ in items]
-        vectors = mean_vectors(self.backbone, texts, titles, self.batch_size, progress)
-        projected = self._cut(self.head.embed(vectors.to(self.backbone.device)))
-        # A focus query's context is its text alone too; a document's stays what it was read in.
-        out = [Encoded(e.vectors.copy(), e.units) for e in encoded]
-        for (i, j), v, alone in zip(items, projected, vectors):
-            out[i].vectors[j, : self._dim] = v
-            if self.beside and query:
-                out[i].vectors[j, self._dim :] = nn.functional.normalize(alone, dim=-1).numpy()
-        return out
 
-
-def sentence_pieces(passage: Passage, tokens: TokenStates) -> list[tuple[Passage, TokenStates]]:
-    """A packed passage's sentences, each with its own tokens' states (read
-    in the whole passage): what `pool` reads one sentence at a time."""
-    doc, out = passage.doc, []
-    real = ~tokens.special
-    for si, (a, b) in enumerate(doc.sentences or ((0, len(doc.text)),)):
-        a, b = max(a, passage.start), min(b, passage.end)
-        if a >= b:
-            continue
-        lo, hi = a - passage.start, b - passage.start
-        keep = np.flatnonzero(real & (tokens.offsets[:, 0] < hi) & (tokens.offsets[:, 1] > lo))
-        if len(keep):
-            piece = Passage(doc, a, b, si)
-            out.append((piece, TokenStates(tokens.states[torch.from_numpy(keep)], tokens.offsets[keep] - lo, np.zeros(len(keep), bool), tokens.ids[keep])))
+def beside_passages(encoder: PropositionEncoder, passages: Sequence[Passage], encoded: list[Encoded], progress: bool) -> list[Encoded]:
+    """Each sentence's propositions followed by `beside` times `single`'s
+    vector of the packed passage the sentence sits in: a proposition then
+    scores its own cosine plus `beside` times its passage's, so a document
+    is found by its best fact and by what it is about as a whole."""
+    docs = list({id(p.doc): p.doc for p in passages}.values())
+    packed = {id(d): cut_passages(d, encoder.backbone, window=encoder._window(d)) for d in docs}
+    flat = [pp for d in docs for pp in packed[id(d)]]
+    vectors = nn.functional.normalize(mean_vectors(encoder.backbone, [pp.text for pp in flat], [encoder.title_of(pp.doc) for pp in flat],
+                                                   encoder.batch_size, progress, desc="encode passages"), dim=-1).numpy()
+    where = {(id(pp.doc), pp.start): v for pp, v in zip(flat, vectors)}
+    out = []
+    for p, e in zip(passages, encoded):
+        starts = [pp.start for pp in packed[id(p.doc)] if pp.start <= p.start]
+        vector = where[(id(p.doc), max(starts))] if starts else np.zeros(encoder.backbone.dim, np.float32)
+        v = e.vectors.copy()
+        v[:, encoder._dim :] = encoder.beside * vector
+        out.append(Encoded(v, e.units))
     return out
 
 
-def sentence_blocks(passage: Passage, offsets: np.ndarray, special: np.ndarray) -> np.ndarray:
-    """(L,) the block each token of a tokenized passage reads in under
-    `context="isolated"`: 0 for what comes before the text ([CLS], the title,
-    its [SEP]), 1 + k for the passage's k-th sentence; what follows the
-    text (the closing [SEP], padding) joins the last sentence."""
-    bounds = [max(a, passage.start) - passage.start for a, b in (passage.doc.sentences or ((0, len(passage.doc.text)),))
-              if a < passage.end and b > passage.start]
-    blocks = np.zeros(len(offsets), np.int64)
-    real = np.flatnonzero(~special)
-    if not len(real):
-        return blocks
-    blocks[real] = 1 + np.maximum(np.searchsorted(np.asarray(bounds), offsets[real, 0], side="right") - 1, 0)
-    blocks[real[-1] + 1 :] = blocks[real[-1]]  # padding is masked out as a key anyway
-    return blocks
-
-
-def covering(text: str, offsets: np.ndarray, props: Sequence[Proposition]) -> list[Proposition]:
-    """The segmenter's propositions, plus one made of the words none covers:
-    no word of the sentence is lost to the index."""
-    props = list(props)
-    covered = {i for p in props for i in p}
-    rest = tuple(i for i in range(len(offsets)) if i not in covered and is_wordlike(text[offsets[i, 0] : offsets[i, 1]]))
-    return props + [rest] if rest else props
-
-
-def unit_text(doc: Document, unit) -> str:
-    """A unit's own text: its spans in its sentence, joined by a space."""
-    base = doc.sentences[unit.sentence][0] if doc.sentences else 0
-    return spans_text(doc.text[base:], unit.spans)
-
-
 @torch.inference_mode()
-def mean_vectors(backbone: Backbone, texts: Sequence[str], titles: Sequence[str], batch_size: int = 64, progress: bool = False,
-                 desc: str = "encode alone") -> torch.Tensor:
-    """(n, dim) the backbone's mean-pooled last layer over `title [SEP] text`
-    (just `text` where the title is ""): `single`'s vector of a short text,
-    the teacher of the student head."""
-    from tqdm.auto import tqdm
-
-    out = torch.zeros(len(texts), backbone.dim)
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]) + len(titles[i]))
-    for s in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=not progress, leave=False):
-        idx = order[s : s + batch_size]
-        enc, *_ = tokenize(backbone.tokenizer, [texts[i] for i in idx], [titles[i] for i in idx], backbone.max_length)
-        hidden = hidden_states(backbone, enc).float().cpu()
-        mask = enc["attention_mask"].unsqueeze(-1).float()
-        out[idx] = (hidden * mask).sum(1) / mask.sum(1)
+def encode_alone(encoder: PropositionEncoder, passages: Sequence[Passage], encoded: list[Encoded], progress: bool, query: bool) -> list[Encoded]:
+    """Every proposition re-encoded from its own text, after its title,
+    through the head's query map: the standalone baseline (`standalone=1`)
+    for documents, and the teacher's side for a query given in context."""
+    items = [(i, j) for i, e in enumerate(encoded) for j in range(len(e.units))]
+    texts = [unit_text(passages[i].doc, encoded[i].units[j]) for i, j in items]
+    titles = [encoder.title_of(passages[i].doc) for i, _ in items]
+    vectors = mean_vectors(encoder.backbone, texts, titles, encoder.batch_size, progress)
+    projected = encoder._cut(encoder.head.embed(vectors.to(encoder.backbone.device)))
+    # A focus query's context is its text alone too; a document's stays what it was read in.
+    out = [Encoded(e.vectors.copy(), e.units) for e in encoded]
+    for (i, j), v, alone in zip(items, projected, vectors):
+        out[i].vectors[j, : encoder._dim] = v
+        if encoder.beside and query:
+            out[i].vectors[j, encoder._dim :] = nn.functional.normalize(alone, dim=-1).numpy()
     return out

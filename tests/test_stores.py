@@ -209,9 +209,11 @@ def test_shards_that_share_a_codec_share_one_pair_codebook(pair, monkeypatch):
     np.testing.assert_allclose(ann.decoder(decoding, rows)(ids), want, atol=1e-6)
     eight_bit = ann.read_faiss(root / "codes" / read_manifest(root / "codes")["index"]["trained"])
     assert ann.decoding_codec(eight_bit) is eight_bit  # nothing to swap
+    from propdex.indexer import decoding
+
     built = []
-    real = ann._byte_codec
-    monkeypatch.setattr(ann, "_byte_codec", lambda index: built.append(real(index)) or built[-1])
+    real = decoding._byte_codec  # where `decoding_codec` finds it
+    monkeypatch.setattr(decoding, "_byte_codec", lambda index: built.append(real(index)) or built[-1])
     with Searcher.load(root / "codes4", encoder=encoder) as searcher:
         assert len(manifest["shards"]) == 2 and sum(b is not None for b in built) == 1
         assert searcher.search(QUERIES[0], k=5)

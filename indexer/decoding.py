@@ -1,0 +1,168 @@
+"""Stage 2 without a float16 copy: vector ids decoded back to float32 from
+the shard's stage-1 index or its standalone codes.
+
+Decoding is most of such a query's stage 2, so it is arranged to be cheap:
+4-bit codes decode a byte (a pair of codes) at a time through one 8-bit
+pair codebook a searcher shares across shards, and a rotation in front of
+the codes is applied to the few query vectors instead of being undone on
+every candidate.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from .codes import _four_bit, _on_quantizer_of
+from .faiss_setup import apply_threads, faiss
+from .hnsw import HnswIndex
+
+
+def decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """Vector ids -> the index's float32 reconstructions of those vectors:
+    what stage 2 re-scores when the shard keeps no float16 copy. With a
+    shard's standalone `codes`, `index` is their codec and the rows of the
+    ids are decoded (centroid plus quantised residual, behind any transform);
+    else an IVF index gets its id -> (list, offset) map here, once, in memory
+    (8 bytes a vector, not stored), and Flat and HNSW give the vectors they
+    hold.
+
+    `norm`: every vector indexed had this length (`common_norm` of the
+    training sample), so reconstructions are scaled back to it. Quantisation
+    shortens a vector by an amount that varies from vector to vector, and
+    MaxSim would then rank documents partly by that error rather than by
+    their direction alone.
+
+    FAISS decodes with OpenMP in the caller's thread: `set_threads`' value
+    is applied there first, as `search` does."""
+    raw = _decoder(index, codes)
+
+    def decode(ids: np.ndarray) -> np.ndarray:
+        apply_threads()
+        return raw(ids)
+
+    if norm is None:
+        return decode
+
+    def rescaled(ids: np.ndarray) -> np.ndarray:
+        x = decode(ids)
+        # In place, by torch: a query decodes thousands of rows, and numpy's
+        # norm and divide (new arrays each) cost several times more.
+        rows = torch.from_numpy(x)
+        rows.mul_(torch.linalg.vector_norm(rows, dim=1, keepdim=True).clamp_min_(1e-12).reciprocal_().mul_(norm))
+        return x
+
+    return rescaled
+
+
+def common_norm(sample: np.ndarray, tolerance: float = 0.01) -> float | None:
+    """The length all of `sample`'s vectors share (within `tolerance`, relative:
+    float16 storage rounds them), or None where lengths differ."""
+    lengths = np.linalg.norm(sample, axis=1)
+    if not len(lengths):
+        return None
+    median = float(np.median(lengths))
+    return round(median, 6) if median > 0 and np.abs(lengths / median - 1).max() <= tolerance else None
+
+
+def _decoder(index: Any, codes: np.ndarray | None) -> Callable[[np.ndarray], np.ndarray]:
+    if isinstance(index, HnswIndex):
+        return lambda ids: np.asarray(index.index.get_items(ids), dtype=np.float32).reshape(len(ids), -1)
+    # A downcast wrapper (and a sub-index's) does not own its C++ index:
+    # every closure below holds `index`, which does.
+    typed = faiss.downcast_index(index)
+    if isinstance(typed, faiss.IndexPreTransform):
+        # FAISS undoes the transform (OPQ's rotation) one vector at a time
+        # in reconstruct_batch: decode the inner codes, then undo it for all
+        # at once. Standalone codes past the transform are the inner index's.
+        inner = _decoder(typed.index, codes)
+
+        def undo(ids: np.ndarray, owner: Any = index) -> np.ndarray:
+            xt = np.ascontiguousarray(inner(ids), dtype=np.float32)
+            x = np.empty((len(ids), typed.d), dtype=np.float32)
+            typed.reverse_chain(len(ids), faiss.swig_ptr(xt), faiss.swig_ptr(x))
+            return x
+
+        return undo
+    if codes is not None:
+        codec = _byte_codec(typed) or typed
+        return lambda ids, owner=index: codec.sa_decode(np.ascontiguousarray(codes[ids]))
+    try:
+        ivf = faiss.extract_index_ivf(index)
+    except RuntimeError:
+        ivf = None  # Flat, HNSW of FAISS: reconstructs by id as it is
+    if ivf is not None and ivf.direct_map.type == faiss.DirectMap.NoMap:
+        ivf.make_direct_map(True)
+    return lambda ids: index.reconstruct_batch(np.ascontiguousarray(ids, dtype=np.int64))
+
+
+def _byte_codec(index: Any) -> "faiss.IndexIVFPQ | None":
+    """An 8-bit IVF-PQ that decodes the 4-bit codes of the IVF-PQ `index` to
+    the same vectors, or None for any other index. FAISS packs two 4-bit
+    codes into a byte, the first in its low half: a byte names a pair of
+    centroids of adjacent sub-quantizers, and the 256 pairs make an 8-bit
+    codebook over twice the dimensions. FAISS decodes 8-bit codes about
+    twice as fast as 4-bit ones, and stage 2 decodes every candidate."""
+    if not _four_bit(index) or index.pq.M % 2:
+        return None
+    pq = index.pq
+    book = faiss.vector_to_array(pq.centroids).reshape(pq.M, pq.ksub, pq.dsub)
+    byte = np.arange(256)
+    pairs = np.concatenate([book[0::2][:, byte & 15], book[1::2][:, byte >> 4]], axis=2)
+    codec = _on_quantizer_of(index, pq.M // 2, 8)  # the caller keeps `index` alive
+    faiss.copy_array_to_vector(np.ascontiguousarray(pairs, dtype=np.float32).ravel(), codec.pq.centroids)
+    return codec
+
+
+def decoding_codec(codec: Any) -> Any:
+    """`codec`, with a 4-bit IVF-PQ (behind its transform, if any) swapped
+    for the 8-bit codec of its code pairs (`_byte_codec`), which decodes the
+    same codes to the same vectors. A searcher builds it once for every
+    shard whose codes share `codec`, instead of a pair codebook a shard
+    (M/2 x 256 x 2 dsub floats each, and a large index has hundreds of
+    shards). Any other codec
+    comes back as it is. `codec` must outlive the result, which routes
+    through its quantizer and transform."""
+    typed = faiss.downcast_index(codec)
+    behind = faiss.downcast_index(typed.index) if isinstance(typed, faiss.IndexPreTransform) else typed
+    byte = _byte_codec(behind)
+    if byte is None:
+        return codec
+    if behind is typed:
+        byte.referenced_objects = [codec]
+        return byte
+    swapped = faiss.IndexPreTransform(byte)
+    for i in reversed(range(typed.chain.size())):
+        swapped.prepend_transform(typed.chain.at(i))  # not owned: `codec` keeps its transforms
+    swapped.referenced_objects = [byte, codec]  # as FAISS's own wrappers keep what they point to
+    return swapped
+
+
+def scoring_decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = None
+                    ) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray] | None]:
+    """(decode, rotate) for stage 2: inner products of `rotate(queries)` with
+    `decode(ids)` equal those of the queries with `decoder(index, codes, norm)(ids)`.
+    Behind an orthonormal map without bias (OPQ's rotation, or its
+    projection to fewer dimensions: `OPQ80_320`), the codes are decoded in
+    the mapped space and the query's few vectors are mapped instead of
+    un-mapping every candidate vector (A has orthonormal rows, so
+    Aq . c = q . A'c): FAISS's reverse_chain
+    costs a dim x dim product per candidate vector, most of a multi-vector
+    query's stage 2, against one per query vector here. `rotate` is None
+    where nothing is rotated."""
+    typed = None if isinstance(index, HnswIndex) else faiss.downcast_index(index)
+    if isinstance(typed, faiss.IndexPreTransform) and typed.chain.size() == 1:
+        lt = faiss.downcast_VectorTransform(typed.chain.at(0))
+        if isinstance(lt, faiss.LinearTransform) and lt.is_orthonormal and not lt.have_bias and lt.d_out <= lt.d_in:
+            a = faiss.vector_to_array(lt.A).reshape(lt.d_out, lt.d_in).astype(np.float32)
+            # A standalone code past the transform is the inner index's; A has
+            # orthonormal rows, so A'c is as long as c: lengths hold on both sides.
+            inner = decoder(typed.index, codes, norm)
+
+            def decode(ids: np.ndarray, owner: Any = index) -> np.ndarray:  # `owner` keeps the C++ index alive
+                return inner(ids)
+
+            return decode, lambda q: np.ascontiguousarray(q, dtype=np.float32) @ a.T
+    return decoder(index, codes, norm), None
