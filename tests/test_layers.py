@@ -125,3 +125,17 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                                               ("propdex.index", 4), ("propdex.eval.run", 5), ("propdex", 4)])
 def test_layer_of(module, expected):
     assert layer(module) == expected
+
+
+MAX_MODULE_LINES, MAX_CLASS_LINES = 500, 250
+
+
+def test_modules_and_classes_stay_small_enough_to_read():
+    """A module over 500 lines or a class over 250 does several jobs: split it by job."""
+    long = []
+    for module, (path, src) in sources().items():
+        if len(src.splitlines()) > MAX_MODULE_LINES:
+            long.append(f"{module}: {len(src.splitlines())} lines")
+        long += [f"{module}.{n.name}: {n.end_lineno - n.lineno + 1} lines" for n in ast.walk(ast.parse(src))
+                 if isinstance(n, ast.ClassDef) and n.end_lineno - n.lineno + 1 > MAX_CLASS_LINES]
+    assert long == []
