@@ -9,7 +9,7 @@ from propdex.encoders import load_encoder
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.readers import read_corpus
 from propdex.retriever import Searcher
-from propdex.retriever.cli import where_clause
+from propdex.retriever.settings import where_clause
 from propdex.retriever.filters import from_clauses
 
 QUERIES = ["cell membrane proteins", "vitamin D deficiency"]
