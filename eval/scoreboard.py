@@ -124,24 +124,26 @@ def grains(folder: Path = RESULTS) -> list[str]:
     for grain in GRAINS:
         s, h, t = scifact["systems"].get(grain), hotpot["systems"].get(grain), at_sentence.get(grain)
         fs, fh = scifact["systems"].get(f"{grain}+bm25"), hotpot["systems"].get(f"{grain}+bm25:hops=2")
-        if s is None:
+        if s is None and h is None:
             continue
-        per_doc = s["vectors_per_doc"] * s["all_in_bytes_per_vector"]
-        cost = (f"{s['vectors_per_doc']:.1f} vectors and {per_doc / 1024:.1f} KiB a SciFact abstract, "
-                f"{s['latency_ms_p50']:.0f} ms p50 a query")
+        where, c = ("a SciFact abstract", s) if s is not None else ("a HotpotQA paragraph", h)
+        per_doc = c["vectors_per_doc"] * c["all_in_bytes_per_vector"]
+        cost = f"{c['vectors_per_doc']:.1f} vectors and {per_doc / 1024:.1f} KiB {where}, {c['latency_ms_p50']:.0f} ms p50 a query"
+        sentences = "" if t is None or base["t"] is None else \
+            f" and {100 * (t['metrics']['Recall@10'] - base['t']['metrics']['Recall@10']):+.2f} on its sentences"
         if grain == "single":
             sentences = "" if t is None else f" and {100 * t['metrics']['Recall@10']:.2f} on its sentences"
             buys = f"nDCG@10 {100 * s['metrics']['nDCG@10']:.2f} on SciFact" + (
                 "" if h is None else f", Recall@10 {100 * h['metrics']['Recall@10']:.2f} on HotpotQA documents{sentences}")
         else:
-            sentences = "" if t is None or base["t"] is None else \
-                f" and {100 * (t['metrics']['Recall@10'] - base['t']['metrics']['Recall@10']):+.2f} on its sentences"
-            buys = f"against `single`, nDCG@10 {100 * (s['metrics']['nDCG@10'] - base['s']['metrics']['nDCG@10']):+.2f} on SciFact" + (
+            on_scifact = "not run on SciFact" if s is None else \
+                f"nDCG@10 {100 * (s['metrics']['nDCG@10'] - base['s']['metrics']['nDCG@10']):+.2f} on SciFact"
+            buys = f"against `single`, {on_scifact}" + (
                 " (not yet run on HotpotQA)" if h is None else
                 f", Recall@10 {100 * (h['metrics']['Recall@10'] - base['h']['metrics']['Recall@10']):+.2f} on HotpotQA documents{sentences}")
         fused = ""
-        if fs:
-            fused = f"; fused with BM25, {100 * fs['metrics']['nDCG@10']:.2f} nDCG@10 on SciFact" + (
+        if fs or fh:
+            fused = "; fused with BM25" + ("" if fs is None else f", {100 * fs['metrics']['nDCG@10']:.2f} nDCG@10 on SciFact") + (
                 "" if fh is None else f", and with the second hop {100 * fh['metrics']['AllGold@10']:.2f} AllGold@10 on HotpotQA")
         lines.append(f"- `{grain}`: {cost}; {buys}{fused}.")
     return lines
@@ -174,9 +176,37 @@ def contexts(folder: Path = RESULTS) -> list[str]:
     for system, level, c in rows:
         lines.append(_row([system, level, *(_f(c.get(f"answer@{w}"), 2, 100) for w in BUDGETS),
                            *(_f(c.get(f"support@{w}"), 2, 100) for w in BUDGETS)]))
+    lines += ["", *context_findings(rows)]
     best = max(rows, key=lambda r: r[2].get("answer@200_odd", -1))
     lines += ["", f"Best at 200 words on the odd-numbered questions: `{best[0]}` at {best[1]} level, answer@200 "
                   f"{100 * best[2]['answer@200_odd']:.2f} there and {100 * best[2]['answer@200_even']:.2f} on the even ones."]
+    return lines
+
+
+def context_findings(rows: list[tuple[str, str, dict[str, float]]]) -> list[str]:
+    """The two questions the context table answers: do finer grains give the
+    same answers in half the words, and do propositions earn their place."""
+    def get(system: str, level: str, key: str) -> float | None:
+        return next((c.get(key) for s, lv, c in rows if s == system and lv == level), None)
+
+    best100 = max(rows, key=lambda r: r[2].get("answer@100", -1))
+    doc = [r for r in rows if r[1] == "doc"]
+    lines = []
+    if doc:
+        best_doc = max(doc, key=lambda r: r[2].get("answer@200", -1))
+        gap = 100 * (best100[2]["answer@100"] - best_doc[2]["answer@200"])
+        lines.append(f"Half the words: the best answer@100, `{best100[0]}` at {best100[1]} level, {100 * best100[2]['answer@100']:.2f}; "
+                     f"the best passage-level answer@200, `{best_doc[0]}`, {100 * best_doc[2]['answer@200']:.2f} "
+                     f"({'met' if gap >= 0 else 'not met'}: {gap:+.2f}).")
+    prop = {w: get("proposition", "unit", f"answer@{w}") for w in (50, 100)}
+    if all(v is not None for v in prop.values()):
+        against = []
+        for other in ("single", "tokens"):
+            figures = [(w, get(other, "sentence", f"answer@{w}")) for w in (50, 100)]
+            if all(v is not None for _, v in figures):
+                against.append(f"`{other}` sentences " + ", ".join(f"{100 * (prop[w] - v):+.2f} at {w}" for w, v in figures))
+        lines.append(f"Propositions (unit level, alone): answer@50 {100 * prop[50]:.2f}, answer@100 {100 * prop[100]:.2f}; against "
+                     + "; ".join(against) + " words (where the difference comes from: notebook/contexts.md).")
     return lines
 
 
