@@ -24,8 +24,7 @@ from propdex.indexer import lexical
 from propdex.indexer.settings import store_of
 from propdex.retriever import Searcher
 from propdex.retriever.context import CONTEXT_K
-from propdex.retriever.hits import lexical_hit
-from propdex.retriever.hybrid import Lexical, hop_order
+from propdex.retriever.hybrid import Lexical, lexical_hits, second_hop
 from propdex.retriever.settings import SearchSettings
 
 from .answers import ContextScores
@@ -70,7 +69,8 @@ def _ranking(task: Task, level: str, hits: Sequence[Any]) -> list[Hashable]:
 def run_bm25(task: Task, pipeline: Pipeline, level: str, depth: int, contexts: "ContextScores | None" = None) -> Outcome:
     """BM25 alone, as `search --bm25 [--hops 2]` answers from an index's
     BM25: the index's builder over the task's documents (titles unless
-    `title=0`), searched by the same retriever (retriever.hybrid.Lexical)."""
+    `title=0`), searched and turned into hits by the same functions
+    (retriever.hybrid: Lexical, lexical_hits, second_hop)."""
     settings = pipeline.settings(depth, search_level(task, level))
     system = pipeline.system
     started = time.time()
@@ -82,17 +82,14 @@ def run_bm25(task: Task, pipeline: Pipeline, level: str, depth: int, contexts: "
     for q in task.queries:
         t = time.perf_counter()
         skip = task.exclude.get(q.id, set())
-        hits = retriever.ranking(q.text, settings.k, skip)
+        hits = lexical_hits(retriever, q.text, settings.k, skip, None)
         if settings.hops == 2 and hits:
-            second = retriever.hop(q.text, hits[0][0], settings.k + 1, skip)
-            found = dict(hits) | dict(second)
-            hits = [(d, found[d]) for d in hop_order([d for d, _ in hits], [d for d, _ in second], settings.k)]
+            hits = second_hop(retriever, q.text, hits, settings.k, "doc", skip, None, best_sentences=None)
         latencies.append((time.perf_counter() - t) * 1000)
-        rankings[q.id] = [d for d, _ in hits]
-        scores[q.id] = [s for _, s in hits]
+        rankings[q.id] = [h.doc_id for h in hits]
+        scores[q.id] = [h.score for h in hits]
         if contexts is not None:  # the hits `search --bm25` returns, packed
-            terms = set(lexical.analyze(q.text))
-            contexts.add(q.id, [lexical_hit(r, by_id[d], s, terms) for r, (d, s) in enumerate(hits, start=1)])
+            contexts.add(q.id, hits)
     return Outcome(rankings, scores, latencies, {"index_s": round(build_s, 3), **_pipeline_stats(settings),
                                                  **({"context": contexts.figures()} if contexts else {})})
 
