@@ -21,15 +21,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .spec import convert
-
-Surface = typing.Literal["cli", "server", "api"]
-SURFACES: tuple[str, ...] = ("cli", "server", "api")
-
 
 @dataclass(frozen=True)
 class Option:
@@ -37,14 +33,14 @@ class Option:
     choices: Sequence[Any] | None = None
     minimum: int | None = None
     flag: str | None = None  # default: --name-with-dashes
-    surfaces: tuple[str, ...] = SURFACES  # where a user may set it
     cli: dict[str, Any] = dataclasses.field(default_factory=dict)  # argparse extras (type, action, metavar)
 
 
 def option(default: Any, help: str, *, choices: Sequence[Any] | None = None, minimum: int | None = None,
-           flag: str | None = None, surfaces: tuple[str, ...] = SURFACES, **cli: Any) -> Any:
-    """A dataclass field declaring one option (see the module's docstring)."""
-    return dataclasses.field(default=default, metadata={"option": Option(help, choices, minimum, flag, surfaces, cli)})
+           flag: str | None = None, **cli: Any) -> Any:
+    """A dataclass field declaring one option (see the module's docstring);
+    `cli` are argparse extras for its flag (type, action, metavar)."""
+    return dataclasses.field(default=default, metadata={"option": Option(help, choices, minimum, flag, cli)})
 
 
 @dataclass(frozen=True)
@@ -69,12 +65,11 @@ class Declared:
         return args[0] if len(args) == 1 else self.kind
 
 
-def fields_of(cls: type, surface: str | None = None) -> list[Declared]:
-    """The declared options of a settings class, in order (those a `surface` shows, if named)."""
+def fields_of(cls: type) -> list[Declared]:
+    """The declared options of a settings class, in order."""
     hints = typing.get_type_hints(cls)
-    out = [Declared(f.name, hints[f.name], f.default, f.metadata["option"]) for f in dataclasses.fields(cls)
-           if "option" in f.metadata]
-    return [d for d in out if surface is None or surface in d.option.surfaces]
+    return [Declared(f.name, hints[f.name], f.default, f.metadata["option"]) for f in dataclasses.fields(cls)
+            if "option" in f.metadata]
 
 
 def check(settings: Any, skip: Sequence[str] = ()) -> None:
@@ -105,15 +100,12 @@ def _scalar(kind: Any) -> bool:
     return kind in plain or bool(typing.get_args(kind)) and all(a in plain for a in typing.get_args(kind))
 
 
-def add_flags(parser: argparse.ArgumentParser, cls: type, skip: Sequence[str] = (),
-              exclusive: Sequence[str] = ()) -> None:
+def add_flags(parser: argparse.ArgumentParser, cls: type, exclusive: Sequence[str] = ()) -> None:
     """One flag per option a user sets on the command line. Each defaults to
     None (not given) so that the class's own default applies; `exclusive`
     options are mutually exclusive flags."""
     group = parser.add_mutually_exclusive_group() if exclusive else None
-    for d in fields_of(cls, "cli"):
-        if d.name in skip:
-            continue
+    for d in fields_of(cls):
         kwargs: dict[str, Any] = {"help": _help(d), "default": None, **d.option.cli}
         if d.base is bool and "action" not in kwargs:
             kwargs["action"] = "store_false" if d.default is True else "store_true"
@@ -124,15 +116,9 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, skip: Sequence[str] = 
         (group if d.name in exclusive else parser).add_argument(d.flag, dest=d.name, **kwargs)
 
 
-def given(args: argparse.Namespace, cls: type, convert_value: Callable[[str, Any], Any] | None = None) -> dict[str, Any]:
+def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     """The options the flags set (flags not given are left out: the class's defaults apply)."""
-    out = {}
-    for d in fields_of(cls, "cli"):
-        value = getattr(args, d.name, None)
-        if value is None:
-            continue
-        out[d.name] = convert_value(d.name, value) if convert_value else value
-    return out
+    return {d.name: value for d in fields_of(cls) if (value := getattr(args, d.name, None)) is not None}
 
 
 def _help(d: Declared) -> str:

@@ -49,7 +49,7 @@ def option_fields(get: bool = False) -> dict[str, Any]:
     SearchSettings validates them. In a GET, `where` is repeated clauses as on
     the command line (`where=year>=2020&where=team!=web`)."""
     fields = {}
-    for d in fields_of(SearchSettings, "server"):
+    for d in fields_of(SearchSettings):
         kind = d.base if d.base in (bool, int, float, str) else str
         if d.name == "where":
             kind = list[str] if get else dict[str, Any]

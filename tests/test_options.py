@@ -31,7 +31,7 @@ def flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 @pytest.mark.parametrize("command, settings", [("search", SearchSettings), ("index", IndexSettings)])
 def test_cli_flags_are_the_declared_options(command, settings):
     cli = flags(subcommand(command))
-    for d in fields_of(settings, "cli"):
+    for d in fields_of(settings):
         action = cli[d.name]
         assert d.flag in action.option_strings
         assert action.help.startswith(d.option.help)
@@ -56,10 +56,10 @@ def test_server_request_fields_are_the_declared_options():
     pytest.importorskip("fastapi")
     from propdex.serve import ContextRequest, GetOptions, SearchOptions, SearchRequest
 
-    declared = [d.name for d in fields_of(SearchSettings, "server")]
+    declared = [d.name for d in fields_of(SearchSettings)]
     for model in (SearchOptions, GetOptions):
         assert list(model.model_fields) == declared
-        for d in fields_of(SearchSettings, "server"):
+        for d in fields_of(SearchSettings):
             field = model.model_fields[d.name]
             assert field.default is None and field.description == d.option.help
     assert set(SearchRequest.model_fields) == {*declared, "queries"}
@@ -116,3 +116,10 @@ def test_a_declaration_checks_types_choices_and_minimums():
     assert given(parser.parse_args(["--no-on", "--mode", "b"]), Toy) == {"on": False, "mode": "b"}
     with pytest.raises(SystemExit):
         parser.parse_args(["--mode", "c"])
+
+
+def test_the_manifest_records_every_index_setting():
+    """The manifest's typed `settings` record reads back what IndexSettings declares, field for field."""
+    from propdex.indexer.manifest import Settings
+
+    assert [f.name for f in dataclasses.fields(Settings)] == [d.name for d in fields_of(IndexSettings)]
