@@ -123,6 +123,8 @@ def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:
 
 def _help(d: Declared) -> str:
     default = d.default
+    if default is True:
+        return f"{d.option.help} (on unless this flag is given)"
     if default is None or isinstance(default, bool) or d.option.cli.get("action") == "append":
         return d.option.help
     return f"{d.option.help} (default {default})"

@@ -42,7 +42,7 @@ class IndexSettings:
     factory: str | None = option(None, "FAISS factory string (default: chosen from the vector count at training: exact "
                                        "Flat for a small corpus, else OPQ + IVF + PQ filling --code-bytes)")
     backend: str = option("faiss", "stage-1 ANN library", choices=ann.BACKENDS)
-    bm25: bool = option(True, "keep a BM25 index beside the vectors (on unless --no-bm25)")
+    bm25: bool = option(True, "a BM25 index beside the vectors")
     store: str = option("codes", "what stage 2 re-scores: codes (the ANN index's own codes, decoded) or float16 (an "
                                  "exact copy of every vector beside the index, 2 bytes a dimension)", choices=STORES)
     code_bytes: int = option(ann.CODE_BYTES, "with store codes and no factory: bytes a vector, all in, the codes may fill",
