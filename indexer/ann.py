@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .binary import BinaryIndex
 from .codes import CODES_FILE, _fill, _four_bit, _on_quantizer_of, encode, fast_scan, holds_codes, index_from_codes, read_codes
 from .decoding import _byte_codec, _decoder, common_norm, decoder, decoding_codec, scoring_decoder
 from .factory import BACKENDS, CODE_BYTES, FLAT_BELOW, MIN_CODE_BYTES, _lists, codes_factory, default_factory, list_bytes, training_size
@@ -43,6 +44,8 @@ def lists(index: Any) -> int:
     """An index's IVF lists (0 where it has none: Flat, HNSW)."""
     if isinstance(index, HnswIndex):
         return 0
+    if isinstance(index, BinaryIndex):
+        return index.nlist
     try:
         return int(faiss.extract_index_ivf(index).nlist)
     except RuntimeError:
@@ -96,6 +99,8 @@ def search(index: Any, queries: np.ndarray, k: int, nprobe: int, allowed: np.nda
     x = np.ascontiguousarray(queries, dtype=np.float32)
     if isinstance(index, HnswIndex):
         return index.search(x, k, allowed)
+    if isinstance(index, BinaryIndex):
+        return index.search(x, k, nprobe, allowed)
     apply_threads()
     selector = None
     if allowed is not None:

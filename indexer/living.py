@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from propdex.encoders import Encoded
 
-from . import ann, encoding, lexical, phases
+from . import ann, binary, encoding, lexical, phases
 from .commit import Transaction, remove
 from .manifest import Shard, Status, sha256_file
 from .readers import Record
@@ -172,6 +172,10 @@ def _decoding_store(tx: Transaction, shard: Shard, codec: Callable[[], Any]) -> 
     store = tx.store(shard)
     if not store.has_vectors:
         path = tx.out / shard.name / shard.index
+        if binary.holds_bits(path):
+            store.close()
+            raise ValueError(f"{tx.out} keeps binary codes only (store=binary), which cannot be re-encoded: "
+                             f"compacting it is not supported; rebuild it to drop its deleted documents")
         norm = tx.manifest.index.vector_norm
         if ann.holds_codes(path):
             store.decoder = ann.decoder(codec(), ann.read_codes(path), norm)

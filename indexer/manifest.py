@@ -210,6 +210,8 @@ class Settings(Record):
     bm25: bool | None = None
     store: str | None = None
     code_bytes: int | None = None
+    bits: int | None = later()
+    hashing: str | None = later()
 
 
 @dataclass(eq=False)
@@ -225,6 +227,7 @@ class AnnIndex(Record):
     trained_bytes: int | None = later()
     trained_on: int | None = later()
     train_s: float | None = later()
+    hashing: dict[str, Any] | None = later()  # store="binary": {method, bits, weights_sha256}
 
 
 @dataclass(eq=False)

@@ -9,7 +9,8 @@ the phase it was in:
    With store="codes" that file is the shard's standalone codes (IVF list
    number and PQ codes a row, no ids: `ann.CODES_FILE`); its float16 copy is
    dropped in the same commit and removed after it: stage 2 decodes the
-   codes instead.
+   codes instead. With store="binary" it is the shard's binary rows (list
+   number and B-bit code: `binary.BITS_FILE`), and the float16 copy goes too.
 4. lexical: a BM25 index of every live document's title and text
    (indexer.lexical) is written aside, renamed into place and listed
    (skipped with bm25=False).
@@ -31,7 +32,7 @@ from tqdm.auto import tqdm
 
 from propdex.encoders import Document
 
-from . import ann, lexical
+from . import ann, binary, lexical
 from .commit import TRAINED, Transaction, remove
 from .encoding import encoded, skip_records, take
 from .manifest import MANIFEST, AnnIndex, Lexical, Shard, Status, sha256_file
@@ -122,6 +123,10 @@ def train(tx: Transaction, shards: list[Shard] | None = None) -> None:
     started = time.time()
     m, settings = tx.manifest, tx.manifest.settings
     shards = m.shards if shards is None else shards
+    if settings.store == "binary":
+        _train_binary(tx, shards)
+        m.index.train_s = round(time.time() - started, 3)
+        return
     n, dim = sum(s.vectors for s in shards), tx.dim
     backend = settings.backend
     factory = "HNSW" if backend == "hnsw" else (settings.factory or ann.default_factory(n, dim, settings.store, settings.code_bytes))
@@ -142,6 +147,28 @@ def train(tx: Transaction, shards: list[Shard] | None = None) -> None:
         m.index.trained_bytes = (tx.out / TRAINED).stat().st_size
         m.index.trained_on = size
     m.index.train_s = round(time.time() - started, 3)
+
+
+def _train_binary(tx: Transaction, shards: list[Shard]) -> None:
+    """The binary store's codec: the hashing heads (read, or fitted on a
+    sample for pca and itq) and, for BIVF, the lists' k-means over the
+    sample's codes; written as binary.CODEC_FILE and recorded."""
+    m, settings = tx.manifest, tx.manifest.settings
+    n = sum(s.vectors for s in shards)
+    factory = settings.factory or binary.default_factory(n)
+    size = binary.training_size(factory, n, settings.hashing)
+    sample = _sample(tx, size, shards) if size else None
+    heads, weights_sha256 = binary.heads(settings.hashing, settings.bits, m.encoder, sample)
+    log.info("training %s over %d-bit %s codes on %d of %d vectors", factory, settings.bits, settings.hashing, size, n)
+    codec = binary.train(factory, heads, sample)
+    tmp = tx.out / (binary.CODEC_FILE + ".tmp")
+    binary.write_codec(codec, tmp, {"weights_sha256": weights_sha256 or ""})
+    tmp.rename(tx.out / binary.CODEC_FILE)
+    m.index = AnnIndex(backend="faiss", factory=factory, metric="hamming", trained=binary.CODEC_FILE)
+    m.index.trained_sha256 = sha256_file(tx.out / binary.CODEC_FILE)
+    m.index.trained_bytes = (tx.out / binary.CODEC_FILE).stat().st_size
+    m.index.trained_on = size
+    m.index.hashing = {"method": settings.hashing, "bits": settings.bits, "weights_sha256": weights_sha256}
 
 
 def _sample(tx: Transaction, size: int, shards: list[Shard]) -> np.ndarray:
@@ -167,11 +194,14 @@ def fill(tx: Transaction, shards: list[Shard] | None = None, commit: bool = True
     `commit`: already removed)."""
     m = tx.manifest
     dropped: list[Path] = []
-    trained = ann.read_faiss(tx.out / TRAINED) if m.index.backend == "faiss" else None
+    if m.settings.store == "binary":
+        trained: object | None = binary.read_codec(tx.out / m.index.trained)
+    else:
+        trained = ann.read_faiss(tx.out / TRAINED) if m.index.backend == "faiss" else None
     pending = [s for s in (m.shards if shards is None else shards) if s.index is None]
     for s in tqdm(pending, desc="add", unit="shard", disable=len(pending) < 2):
         _fill_shard(tx, s, trained)
-        if m.settings.store == "codes" and s.stored:
+        if m.settings.store != "float16" and s.stored:
             dropped.append(tx.out / s.name / s.stored)
             s.stored, s.stored_sha256, s.stored_bytes = None, None, None
         if commit:
@@ -189,7 +219,13 @@ def _fill_shard(tx: Transaction, s: Shard, trained: object | None) -> None:
     started = time.time()
     store = tx.store(s)
     folder = tx.out / s.name
-    if trained is not None and tx.manifest.settings.store == "codes" and ann.standalone(trained):
+    if isinstance(trained, binary.BinaryCodec):
+        file = binary.BITS_FILE
+        rows = RowWriter(folder / (file + ".tmp"), trained.row_bytes, "|u1")
+        for chunk in store.iter_vectors():
+            rows.append(trained.rows(chunk))
+        rows.finish()
+    elif trained is not None and tx.manifest.settings.store == "codes" and ann.standalone(trained):
         file = ann.CODES_FILE  # streamed: a shard's codes are never all in memory
         rows = RowWriter(folder / (file + ".tmp"), trained.sa_code_size(), "|u1")
         for chunk in store.iter_vectors():

@@ -14,7 +14,9 @@ from typing import Any
 
 from propdex.encoders.options import check, option
 
-from . import ann
+from propdex.encoders.hashing import METHODS, check_bits
+
+from . import ann, binary
 
 
 # float16: stage 2 reads an exact float16 copy of every vector (2 * dim bytes
@@ -27,7 +29,10 @@ from . import ann
 #   (ann.default_factory). codes are the default store: they rank close to
 #   exact MaxSim at about a ninth of the float16 copy's bytes; under 50k
 #   vectors both are exact.
-STORES = ("float16", "codes")
+# binary: each vector kept as its `bits`-bit code alone (indexer.binary):
+#   stage 1 by Hamming distance, stage 2 scores the float query against the
+#   codes; `hashing` names where the bits come from (encoders.hashing).
+STORES = ("float16", "codes", "binary")
 
 
 def store_of(manifest: Mapping[str, Any]) -> str:
@@ -47,13 +52,20 @@ class IndexSettings:
                                  "exact copy of every vector beside the index, 2 bytes a dimension)", choices=STORES)
     code_bytes: int = option(ann.CODE_BYTES, "with store codes and no factory: bytes a vector, all in, the codes may fill",
                              minimum=ann.MIN_CODE_BYTES)
+    bits: int = option(binary.BITS, "with store binary: bits a vector's code (a multiple of 8)", minimum=8)
+    hashing: str = option("learned", "with store binary: the hashing heads, learned (trained, shipped) or a baseline",
+                          choices=METHODS)
 
     def __post_init__(self) -> None:
         check(self)
 
     def check_factory(self, dim: int) -> None:
         """Fail now on a factory FAISS cannot build, not after hours of encoding."""
-        if self.factory is not None:
+        if self.store == "binary":
+            check_bits(self.bits, dim, self.hashing)
+            if self.factory is not None:
+                binary.lists_of(self.factory)
+        elif self.factory is not None:
             ann.make_index(self.factory, dim)
 
     def to_json(self) -> dict[str, Any]:

@@ -267,6 +267,7 @@ class ShardStore:
             legacy = len(self) > 0 and txn.get(_key(b"vec/", 0)) is not None
         self.dim = int(self.info["dim"])
         self.decoder: Decoder | None = None
+        self.decoded_dim = self.dim  # the width of what `decoder` gives (store="binary": its codes' bits)
         file = path / VECTORS
         self._array = np.load(file, mmap_mode="r") if file.is_file() and self.info["vectors"] else None
         self._legacy = legacy and self._array is None
@@ -317,11 +318,11 @@ class ShardStore:
         if self._array is not None:
             return [(self._array[a:b], sen) for a, b, sen in zip(starts.tolist(), ends.tolist(), sentences)]
         if not self.info["vectors"]:
-            return [(np.zeros((0, self.dim), np.float16), sen) for sen in sentences]
+            return [(np.zeros((0, self.decoded_dim), np.float16), sen) for sen in sentences]
         if self.decoder is None:
             raise ValueError(f"{self.path} keeps no vectors (store=codes): open it with its ANN index's decoder")
         ids = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(starts.tolist(), ends.tolist())] or [np.zeros(0, np.int64)])
-        flat = self.decoder(ids) if len(ids) else np.zeros((0, self.dim), np.float32)
+        flat = self.decoder(ids) if len(ids) else np.zeros((0, self.decoded_dim), np.float32)
         bounds = np.concatenate([[0], np.cumsum(ends - starts)])
         return [(flat[bounds[i] : bounds[i + 1]], sen) for i, sen in enumerate(sentences)]
 

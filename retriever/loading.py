@@ -21,7 +21,7 @@ import lmdb
 import numpy as np
 
 from propdex.encoders import Document, encoder_from_config, recorded_config
-from propdex.indexer import ann, integrity, lexical
+from propdex.indexer import ann, binary, integrity, lexical
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.store import ShardStore, read_deleted
 
@@ -41,7 +41,9 @@ class Shard:
     store: ShardStore
     index: Any  # faiss.Index or ann.HnswIndex
     live: np.ndarray | None = None  # bool per document; None: none is deleted
-    rotate: Any = None  # store="codes" behind OPQ: stage 2 scores rotated queries against codes decoded in the rotated space
+    # Stage 2's map of the query vectors into the space the shard's vectors decode to: store="codes" behind
+    # OPQ rotates them; store="binary" takes their hashing heads' scores (None: the vectors as they are).
+    rotate: Any = None
 
     def vector_mask(self, docs: np.ndarray | None) -> np.ndarray | None:
         """Per vector, whether its document is in the bool mask `docs` (None: every vector)."""
@@ -137,6 +139,11 @@ class _Codecs:
             self.codec = ann.read_faiss(self.path / self.manifest["index"]["trained"])
             self.decoding = ann.decoding_codec(self.codec)
 
+    def binary(self) -> binary.BinaryCodec:
+        if self.codec is None:
+            self.codec = binary.read_codec(self.path / self.manifest["index"]["trained"])
+        return self.codec
+
 
 def _open_shard(path: Path, manifest: dict[str, Any], entry: dict[str, Any], mmap: bool, codecs: _Codecs) -> Shard:
     store = ShardStore(path / entry["name"])
@@ -144,7 +151,11 @@ def _open_shard(path: Path, manifest: dict[str, Any], entry: dict[str, Any], mma
     try:
         file = path / entry["name"] / entry["index"]
         codes = ann.read_codes(file) if ann.holds_codes(file) else None
-        if codes is not None:
+        if binary.holds_bits(file):
+            index = binary.BinaryIndex(codecs.binary(), binary.read_rows(file, codecs.binary()))
+            store.decoder, shard.rotate = index.decoder, index.codec.hashing.query
+            store.decoded_dim = index.bits
+        elif codes is not None:
             codecs.read()
             index = ann.index_from_codes(codecs.codec, codes)
         else:
@@ -154,7 +165,7 @@ def _open_shard(path: Path, manifest: dict[str, Any], entry: dict[str, Any], mma
             raise ValueError(f"index {path} is damaged: {entry['name']} holds {counts[0]} documents, {counts[1]} stored and "
                              f"{counts[2]} indexed vectors, its manifest {entry['docs']} and {entry['vectors']}")
         shard.index = index
-        if not store.has_vectors:  # store="codes": stage 2 decodes the index's codes
+        if not store.has_vectors and not binary.holds_bits(file):  # store="codes": stage 2 decodes the index's codes
             # Standalone codes decode through their codec; stage 1 may scan them in another layout.
             store.decoder, shard.rotate = ann.scoring_decoder(index if codes is None else codecs.decoding, codes,
                                                               manifest["index"].get("vector_norm"))

@@ -1,0 +1,143 @@
+"""Binary codes of an encoder's vectors: B bits a vector, one head a bit.
+
+Bit k of a vector x is the sign of head k's score, w_k . x + b_k (the
+contrastive-hashing paper's rule: one head, one bit). Every method here is
+such a linear map followed by a sign, so they differ only in where the map
+comes from:
+
+- `learned`: heads trained over the frozen encoder by `propdex train hashing`
+  (contrastive hashing, shipped as weights/hashing-<encoder>-<bits>);
+- `untrained`: the same heads at their initialisation, the control;
+- `lsh`: random hyperplanes through the origin (Charikar's SimHash);
+- `pca`: the top B principal directions of a sample, centred;
+- `itq`: PCA, then FAISS's iterative-quantisation rotation (fitted by the
+  indexer, which holds FAISS: `indexer.binary`).
+
+A stored vector keeps its code alone. A query keeps its scores: stage 2
+scores a query vector against a code asymmetrically, as the cosine of its
+B scores with the code's +-1 vector, so no float copy of a document vector
+is needed anywhere, and the query loses nothing to its own rounding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+METHODS = ("learned", "untrained", "lsh", "pca", "itq")
+FITTED = ("pca", "itq")  # methods that learn their map from the corpus's own sample, at index time
+
+
+@dataclass(frozen=True)
+class HashCodec:
+    """B linear heads over dim-dimensional vectors: `weight` (B, dim), `bias` (B,)."""
+
+    weight: np.ndarray
+    bias: np.ndarray
+    method: str
+
+    @property
+    def bits(self) -> int:
+        return int(self.weight.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.weight.shape[1])
+
+    @property
+    def code_bytes(self) -> int:
+        return self.bits // 8
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        """Each head's score, float32 (n, B)."""
+        return np.asarray(x, dtype=np.float32) @ self.weight.T + self.bias
+
+    def encode(self, x: np.ndarray) -> np.ndarray:
+        """Packed codes, uint8 (n, B/8): bit k (little-endian within a byte) set where head k scores above 0."""
+        return pack(self.scores(x) > 0)
+
+    def query(self, x: np.ndarray) -> np.ndarray:
+        """A query vector's side of the asymmetric score: its heads' scores, unit
+        length, so that every query vector weighs the same in MaxSim, as the
+        cosine of float vectors does."""
+        s = self.scores(x)
+        return s / np.maximum(np.linalg.norm(s, axis=1, keepdims=True), 1e-12)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"weight": self.weight, "bias": self.bias}
+
+
+def pack(bits: np.ndarray) -> np.ndarray:
+    """bool (n, B) -> uint8 (n, B/8), bit k of a row in byte k // 8 at position k % 8."""
+    return np.packbits(np.ascontiguousarray(bits), axis=1, bitorder="little")
+
+
+def signs(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Packed codes -> float32 (n, B) rows of +-1/sqrt(B): unit vectors whose
+    inner product with `HashCodec.query` is the cosine of scores and code."""
+    unpacked = np.unpackbits(np.ascontiguousarray(codes), axis=1, count=bits, bitorder="little")
+    out = unpacked.astype(np.float32)
+    out *= 2.0 / np.sqrt(bits)
+    out -= 1.0 / np.sqrt(bits)
+    return out
+
+
+def check_bits(bits: int, dim: int | None = None, method: str = "learned") -> None:
+    """Bits are whole bytes; a PCA-based map has at most `dim` directions."""
+    if bits <= 0 or bits % 8:
+        raise ValueError(f"bits must be a positive multiple of 8 (whole bytes a code), got {bits}")
+    if dim is not None and method in FITTED and bits > dim:
+        raise ValueError(f"hashing={method} keeps at most the vectors' {dim} principal directions; {bits} bits asked")
+
+
+# -- the maps ------------------------------------------------------------------------
+def lsh(dim: int, bits: int, seed: int = 0) -> HashCodec:
+    """Random hyperplanes through the origin: vectors are unit length, so the
+    share of differing bits estimates their angle (SimHash)."""
+    w = np.random.default_rng(seed).standard_normal((bits, dim)).astype(np.float32)
+    return HashCodec(w, np.zeros(bits, np.float32), "lsh")
+
+
+def initial(dim: int, bits: int, seed: int = 0) -> HashCodec:
+    """The trained heads' starting point (orthogonal rows, no bias): the
+    `untrained` control, and what `propdex train hashing` starts from."""
+    rng = np.random.default_rng(seed)
+    g = rng.standard_normal((max(bits, dim), max(bits, dim)))
+    q, _ = np.linalg.qr(g)
+    return HashCodec(np.ascontiguousarray(q[:bits, :dim], dtype=np.float32), np.zeros(bits, np.float32), "untrained")
+
+
+def pca(sample: np.ndarray, bits: int) -> HashCodec:
+    """Signs of the top `bits` principal components of `sample`, centred on its mean."""
+    check_bits(bits, sample.shape[1], "pca")
+    mean = sample.mean(0)
+    _, _, vt = np.linalg.svd(np.asarray(sample - mean, dtype=np.float64), full_matrices=False)
+    w = vt[:bits].astype(np.float32)
+    return HashCodec(w, (-w @ mean).astype(np.float32), "pca")
+
+
+def learned_name(encoder: str, bits: int) -> str:
+    """The packaged weights a `learned` map of `encoder`'s vectors at `bits` is read from."""
+    return f"hashing-{encoder}-{bits}"
+
+
+def load_learned(path: str | Path, encoder_config: dict[str, Any], bits: int) -> tuple[HashCodec, str]:
+    """Trained heads and their sha256, refused with one line where they were
+    trained for another encoder, backbone or number of bits: codes of vectors
+    they were not trained on would be silently poor."""
+    from .provenance import read_weights, verified_sha256
+
+    state, config = read_weights(path, "hashing heads", f"train them with `propdex train hashing --encoder "
+                                                        f"{encoder_config['name']} --bits {bits}`")
+    trained_for = config.get("encoder", {})
+    for key in ("name", "backbone", "dim"):
+        if trained_for.get(key) != encoder_config.get(key):
+            raise ValueError(f"{path}: hashing heads trained for {key}={trained_for.get(key)!r}, this index's encoder has "
+                             f"{encoder_config.get(key)!r}; train them for it with `propdex train hashing --encoder "
+                             f"{encoder_config['name']} --bits {bits}`")
+    codec = HashCodec(state["weight"].float().numpy(), state["bias"].float().numpy(), "learned")
+    if codec.bits != bits:
+        raise ValueError(f"{path}: hashing heads of {codec.bits} bits, {bits} asked")
+    return codec, verified_sha256(path)
