@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from propdex.encoders import recorded_config
-from propdex.indexer import ann
+from propdex.indexer import ann, binary
 from propdex.indexer.ann import CODE_BYTES
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.manifest import read_manifest
@@ -47,7 +47,8 @@ def build_index(task: Task, system: System, work: Path, backbone: "Backbone") ->
     writer = IndexWriter(
         out, encoder, shard_docs=10_000, factory=factory,
         backend=system.options.get("backend", "faiss"), store=store,
-        code_bytes=code_bytes, inputs={"task": task.name, "corpus_sha256": key},
+        code_bytes=code_bytes, bits=int(system.options.get("bits", IndexSettings.bits)),
+        hashing=system.options.get("hashing", IndexSettings.hashing), inputs={"task": task.name, "corpus_sha256": key},
     )
     cache_hits = backbone.state_cache_hits
     manifest = writer.build(corpus)
@@ -59,7 +60,7 @@ def ann_bytes(index: Path, manifest: dict[str, Any]) -> int:
     codec where shards keep standalone codes (a FAISS index file holds its own)."""
     shards = manifest["shards"]
     total = sum((index / s["name"] / s["index"]).stat().st_size for s in shards if s["index"])
-    if any(s["index"] and ann.holds_codes(s["index"]) for s in shards):
+    if any(s["index"] and (ann.holds_codes(s["index"]) or binary.holds_bits(s["index"])) for s in shards):
         total += manifest["index"]["trained_bytes"]
     return total
 
@@ -87,7 +88,8 @@ def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: st
     now: dict[str, Any] = {}
     built = (manifest.get("index") or {}).get("factory")
     if factory is None and built and manifest["index"]["backend"] == "faiss":
-        chosen = ann.default_factory(manifest["counts"]["vectors"], encoder.dim, store, code_bytes)
+        n = manifest["counts"]["vectors"]
+        chosen = binary.default_factory(n) if store == "binary" else ann.default_factory(n, encoder.dim, store, code_bytes)
         if chosen != built:
             now["factory"] = chosen
     if store == "codes" and "IVF" in (built or "") and (

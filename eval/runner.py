@@ -145,6 +145,7 @@ def run_encoder(task: Task, pipeline: Pipeline, level: str, depth: int, work: Pa
         "encode_shared": shared,
         "index_s": round(manifest["timings"]["train_s"] + manifest["timings"]["add_s"], 3),
         "factory": manifest["index"]["factory"],
+        **({"hashing": manifest["index"]["hashing"]} if manifest["index"].get("hashing") else {}),
         "encoder": manifest["encoder"],
         "backbone_sha256": manifest["backbone"]["weights_sha256"],
         "index_dir": str(out),

@@ -155,9 +155,7 @@ def train(factory: str, hashing: HashCodec, sample: np.ndarray | None) -> Binary
         raise ValueError(f"{factory} needs at least {39 * nlist} training vectors, the corpus has {len(codes)}")
     ivf = faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(hashing.bits), hashing.bits, nlist)
     ivf.train(codes)
-    centroids = np.empty((nlist, hashing.code_bytes), np.uint8)
-    ivf.quantizer.reconstruct_n(0, nlist, faiss.swig_ptr(centroids))
-    return BinaryCodec(hashing, _flat(centroids, hashing.bits))
+    return BinaryCodec(hashing, _flat(ivf.quantizer.reconstruct_n(0, nlist), hashing.bits))
 
 
 def _flat(codes: np.ndarray, bits: int) -> Any:
@@ -173,9 +171,7 @@ def write_codec(codec: BinaryCodec, path: Path, record: dict[str, str]) -> None:
 
     state = dict(codec.hashing.state())
     if codec.nlist:
-        centroids = np.empty((codec.nlist, codec.hashing.code_bytes), np.uint8)
-        codec.quantizer.reconstruct_n(0, codec.nlist, faiss.swig_ptr(centroids))
-        state["centroids"] = centroids
+        state["centroids"] = codec.quantizer.reconstruct_n(0, codec.nlist)
     save_file({k: np.ascontiguousarray(v) for k, v in state.items()}, str(path), metadata={"method": codec.hashing.method, **record})
 
 

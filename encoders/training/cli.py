@@ -1,4 +1,4 @@
-"""`propdex train segmenter|proposition|nugget|docsplit|crossthought`."""
+"""`propdex train segmenter|proposition|nugget|docsplit|crossthought|hashing`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -107,6 +107,26 @@ def add_commands(sub) -> None:
     c.add_argument("--device", default="auto")
     c.set_defaults(run=_crossthought)
 
+    h = tsub.add_parser("hashing", help="contrastive hashing heads (one a bit) over a frozen encoder's vectors, for store=binary")
+    h.add_argument("--encoder", default="tokens", help="the encoder whose vectors are hashed (tokens, nugget, proposition, single)")
+    h.add_argument("--bits", type=int, default=256, help="bits a code (a multiple of 8)")
+    h.add_argument("--wiki", type=Path, default=Path(WIKI_EXTRACTED), help="WikiExtractor folder (wiki_00..69 train, 70..99 held out)")
+    h.add_argument("--out", type=Path, help="default: encoders/weights/hashing-<encoder>-<bits>, which store=binary reads")
+    h.add_argument("--backbone", help="default: the packaged all-MiniLM-L6-v2")
+    h.add_argument("--documents", type=int, default=2000, help="training documents (a few sentences of a section each)")
+    h.add_argument("--heldout", type=int, default=200, help="held-out documents the neighbour recall is measured on")
+    h.add_argument("--steps", type=int, default=1500)
+    h.add_argument("--batch", type=int, default=2048, help="units a step")
+    h.add_argument("--lr", type=float, default=1e-3)
+    h.add_argument("--tau", type=float, default=0.1, help="L_max temperature")
+    h.add_argument("--rank-weight", type=float, default=1.0, help="weight of the listwise ranking term (0: L_max alone)")
+    h.add_argument("--positive", type=float, default=0.9, help="indexed vectors at least this close are positives too")
+    h.add_argument("--mask-rate", type=float, default=0.15, help="share of word pieces a view replaces by [MASK]")
+    h.add_argument("--cache", type=Path, help="folder for the encoded views (reused when the inputs match)")
+    h.add_argument("--seed", type=int, default=0)
+    h.add_argument("--device", default="auto")
+    h.set_defaults(run=_hashing)
+
 
 def _segmenter(args) -> int:
     from .segmenter import train_segmenter
@@ -166,4 +186,18 @@ def _idf(args) -> int:
 
     config = train_idf(args.wiki, args.out, args.backbone)
     print(f"IDF over {config['documents']} sections, {config['vocab']} word-pieces, {config['seconds']} s -> {args.out}")
+    return 0
+
+
+def _hashing(args) -> int:
+    from ..hashing import check_bits, learned_name
+    from .hashing import train_hashing
+
+    check_bits(args.bits)
+    train_hashing(
+        args.encoder, args.bits, args.out or WEIGHTS / learned_name(args.encoder, args.bits), wiki=args.wiki, backbone=args.backbone,
+        documents=args.documents, heldout=args.heldout, steps=args.steps, batch=args.batch, lr=args.lr, tau=args.tau,
+        rank_weight=args.rank_weight, positive=args.positive, mask_rate=args.mask_rate, seed=args.seed, device=args.device,
+        cache=args.cache,
+    )
     return 0

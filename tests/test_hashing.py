@@ -1,0 +1,200 @@
+"""Binary codes (store="binary"): hashing heads, their training loss, and an
+index that keeps each vector as its B-bit code alone."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from paths import DATA
+
+import propdex
+from propdex.encoders import load_encoder
+from propdex.encoders.hashing import HashCodec, initial, load_learned, lsh, pack, pca, signs
+from propdex.encoders.training.hashing import aligned_views, l_max, neighbour_recall, rank_loss, wiki_documents
+from propdex.indexer import binary
+from propdex.indexer.manifest import read_manifest
+from propdex.indexer.readers import read_corpus
+
+SCIFACT = DATA / "beir" / "scifact" / "corpus.jsonl"
+WIKI = DATA / "wikipedia" / "extracted"
+
+
+def _unit(n: int, dim: int, seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.unpackbits(a[:, None, :] ^ b[None, :, :], axis=2).sum(2)
+
+
+# -- the heads -----------------------------------------------------------------------------
+def test_a_bit_flips_sign_with_its_heads_score():
+    codec = initial(16, 64, seed=1)
+    x = _unit(1, 16)
+    k = 37
+    w = codec.weight[k]
+    before = codec.scores(x)[0, k]
+    # Move x across head k's hyperplane, and only a little along it.
+    crossed = x - (before + np.sign(before) * 1e-3) * w / (w @ w)
+    bits_before = np.unpackbits(codec.encode(x), bitorder="little")
+    bits_after = np.unpackbits(codec.encode(crossed), bitorder="little")
+    assert bits_before[k] == (before > 0)
+    assert bits_after[k] == (codec.scores(crossed)[0, k] > 0) != bits_before[k]
+
+
+def test_signs_are_unit_vectors_whose_products_count_agreeing_bits():
+    codes = pack(np.random.default_rng(0).random((5, 64)) > 0.5)
+    s = signs(codes, 64)
+    assert np.allclose(np.linalg.norm(s, axis=1), 1.0)
+    assert np.allclose(s @ s.T, 1 - 2 * _hamming(codes, codes) / 64)
+
+
+def test_pca_and_lsh_maps_and_bits_checked():
+    x = _unit(2000, 32)
+    p = pca(x, 16)
+    assert p.bits == 16 and np.allclose(p.scores(x).mean(0), 0, atol=1e-4)  # centred
+    assert lsh(32, 64).bits == 64
+    with pytest.raises(ValueError, match="at most the vectors' 32 principal directions"):
+        pca(x, 64)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        binary.heads("lsh", 12, {"name": "tokens", "dim": 32}, None)
+
+
+def test_learned_heads_refuse_another_encoder(tmp_path):
+    from propdex.encoders.provenance import save_weights
+
+    codec = initial(32, 64)
+    save_weights({"weight": torch.from_numpy(codec.weight), "bias": torch.from_numpy(codec.bias)}, tmp_path / "h",
+                 {"encoder": {"name": "tokens", "backbone": "mini", "dim": 32}})
+    loaded, sha = load_learned(tmp_path / "h", {"name": "tokens", "backbone": "mini", "dim": 32}, 64)
+    assert np.array_equal(loaded.weight, codec.weight) and len(sha) == 64
+    with pytest.raises(ValueError, match="trained for name='tokens'"):
+        load_learned(tmp_path / "h", {"name": "nugget", "backbone": "mini", "dim": 32}, 64)
+    with pytest.raises(ValueError, match="64 bits, 128 asked"):
+        load_learned(tmp_path / "h", {"name": "tokens", "backbone": "mini", "dim": 32}, 128)
+
+
+# -- training --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def views(minilm):
+    encoder = load_encoder("tokens", backbone=minilm)
+    docs = wiki_documents(WIKI, "train", 12)
+    return aligned_views(encoder, docs, 0.15, seed=0)
+
+
+def test_views_differ_from_the_indexed_vectors_but_stay_close(views):
+    x0, x1, x2 = views
+    assert x0.shape == x1.shape == x2.shape and len(x0) > 500
+    cos01 = (x0 * x1).sum(1)
+    assert not np.allclose(x1, x2) and 0.5 < np.median(cos01) < 0.999
+
+
+def test_the_loss_falls_on_a_real_minilm_batch(views):
+    x0, x1, x2 = (torch.from_numpy(x[:512]) for x in views)
+    torch.manual_seed(0)
+    head = torch.nn.Linear(x0.shape[1], 64)
+    scale = torch.nn.Parameter(torch.tensor(20.0))
+    opt = torch.optim.Adam([*head.parameters(), scale], lr=3e-3)
+    positives = torch.eye(len(x0), dtype=torch.bool)
+
+    def loss() -> torch.Tensor:
+        z1, z2 = head(x1), head(x2)
+        return l_max(z1, torch.sign(z2).detach(), positives, 0.1) + rank_loss(x0, head(x0), scale, 0.05)
+
+    first = loss().item()
+    for _ in range(40):
+        opt.zero_grad()
+        value = loss()
+        value.backward()
+        opt.step()
+    assert loss().item() < 0.9 * first
+
+
+def test_neighbour_recall_is_one_for_a_map_that_keeps_everything():
+    x = _unit(300, 8)
+    # 8 dims, 4096 random hyperplanes: the asymmetric score is nearly the cosine.
+    assert neighbour_recall(lsh(8, 4096), x, anchors=50, k=5) > 0.8
+    assert neighbour_recall(lsh(8, 8), x, anchors=50, k=5) < 0.8
+
+
+# -- the binary index ----------------------------------------------------------------------------
+@pytest.mark.parametrize("factory", ["BFlat", "BIVF16"])
+def test_hamming_search_equals_brute_force(factory):
+    x = _unit(3000, 32)
+    codec = binary.train(factory, lsh(32, 64), x)
+    rows = codec.rows(x)
+    assert rows.shape == (3000, (1 if codec.nlist else 0) + 8)  # list number (16 lists: one byte), then B/8 bytes
+    index = binary.BinaryIndex(codec, rows)
+    q = _unit(7, 32, seed=1)
+    scores, ids = index.search(q, 10, nprobe=16)
+    d = _hamming(codec.hashing.encode(q), codec.hashing.encode(x))
+    for r in range(len(q)):
+        expected = np.sort(d[r])[:10]
+        assert np.array_equal(np.sort(d[r, ids[r]]), expected)
+        assert np.allclose(scores[r], 1 - 2 * d[r, ids[r]] / 64)
+
+
+def test_filtered_search_returns_only_allowed_vectors_and_the_nearest_of_them():
+    x = _unit(3000, 32)
+    codec = binary.train("BIVF16", lsh(32, 64), x)
+    index = binary.BinaryIndex(codec, codec.rows(x))
+    q = _unit(4, 32, seed=2)
+    d = _hamming(codec.hashing.encode(q), codec.hashing.encode(x))
+    for share in (0.1, 0.8):  # a scan of the allowed codes; the lists, probed wider
+        allowed = np.random.default_rng(3).random(3000) < share
+        _, ids = index.search(q, 10, nprobe=16, allowed=allowed)
+        assert allowed[ids[ids >= 0]].all()
+        for r in range(len(q)):
+            assert np.array_equal(np.sort(d[r, ids[r]]), np.sort(d[r, allowed])[:10])
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory, minilm):
+    docs = [replace(d, metadata={"year": 2000 + i % 10}) for i, (_, d) in enumerate(zip(range(40), read_corpus([SCIFACT])))]
+    root = tmp_path_factory.mktemp("binary")
+    encoder = load_encoder("tokens", backbone=minilm)
+    out = {}
+    for name, options in (("codes", {}), ("binary", {"store": "binary", "bits": 128, "hashing": "itq"})):
+        ix = propdex.Index.create(root / name, encoder, **options)
+        ix.add(docs)
+        out[name] = ix
+    return docs, encoder, root, out
+
+
+def test_codes_round_trip_through_the_index_on_disk(stores):
+    docs, encoder, root, _ = stores
+    manifest = read_manifest(root / "binary")
+    assert manifest["index"]["hashing"]["method"] == "itq" and manifest["index"]["factory"] == "BFlat"
+    codec = binary.read_codec(root / "binary" / manifest["index"]["trained"])
+    shard = manifest["shards"][0]
+    rows = binary.read_rows(root / "binary" / shard["name"] / shard["index"], codec)
+    assert rows.shape == (shard["vectors"], 128 // 8)  # a shard's codes: B/8 bytes a vector, nothing else
+    assert shard["stored"] is None  # no float copy kept
+    vectors = np.concatenate([e.vectors for e in encoder.encode([p for d in docs for p in encoder.passages(d)])])
+    agree = (np.unpackbits(rows, axis=1) == np.unpackbits(codec.hashing.encode(vectors), axis=1)).mean()
+    assert agree > 0.999  # the stored codes are the codes of the encoder's vectors (float16 rounding may flip a bit)
+
+
+@pytest.mark.parametrize("level", ["doc", "sentence", "unit"])
+def test_binary_store_answers_every_level_and_where_like_the_default(stores, level):
+    docs, _, _, ix = stores
+    years = {d.id: d.metadata["year"] for d in docs}
+    query = docs[3].text.split(".")[0]
+    for name, index in ix.items():
+        hits = index.search(query, k=5, level=level)
+        assert hits and hits[0].doc_id == docs[3].id, name
+        filtered = index.search(query, k=40, level="doc", where={"year": {">=": 2005}})
+        assert {h.doc_id for h in filtered} == {d for d, y in years.items() if y >= 2005}, name
+    both = [index.search(query, k=5, level=level, hybrid=True) for index in ix.values()]
+    assert all(h and h[0].doc_id == docs[3].id for h in both)
+
+
+def test_a_binary_index_grows_by_adds(stores, tmp_path, minilm):
+    docs, encoder, _, _ = stores
+    ix = propdex.Index.create(tmp_path / "b", encoder, store="binary", bits=64, hashing="lsh")
+    ix.add(docs[:20])
+    ix.add(docs[20:])
+    assert ix.search(docs[30].text.split(".")[0], k=3)[0].doc_id == docs[30].id
