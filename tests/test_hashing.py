@@ -11,7 +11,7 @@ from paths import DATA
 
 import propdex
 from propdex.encoders import load_encoder
-from propdex.encoders.hashing import HashCodec, initial, load_learned, lsh, pack, pca, signs
+from propdex.encoders.hashing import initial, load_learned, lsh, pack, pca, signs
 from propdex.encoders.training.hashing import aligned_views, l_max, neighbour_recall, rank_loss, wiki_documents
 from propdex.indexer import binary
 from propdex.indexer.manifest import read_manifest
