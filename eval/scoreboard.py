@@ -31,6 +31,8 @@ RUNS = {
     "hotpotqa_sentence": ("hotpotqa_sentence.json", "hotpotqa_sentence_grains.json"),
     "hotpotqa_unit": ("hotpotqa_unit.json",),
     "propsegment": ("propsegment.json",),
+    "scifact_binary": ("scifact_binary.json",),
+    "hotpotqa_binary": ("hotpotqa_binary.json",),
 }
 # The datasets, in the order the scoreboard shows them: (runs, heading, metric columns).
 TABLES = (
@@ -40,7 +42,13 @@ TABLES = (
     ("hotpotqa_sentence", "HotpotQA-600, sentences (gold: the supporting facts)",
      ("Recall@2", "Recall@10", "Recall@20", "AllGold@2", "AllGold@10", "AllGold@20")),
     ("propsegment", "PropSegment (dev, atomic facts: propositions entailing the query)", ("P@1", "R@5", "R@10", "R@20")),
+    ("scifact_binary", "SciFact, binary codes (`tokens`, `store=binary`)", ("nDCG@10", "Recall@100", "MRR@10")),
+    ("hotpotqa_binary", "HotpotQA-600, binary codes (`nugget`, `store=binary`)", ("Recall@2", "Recall@10", "AllGold@10")),
 )
+# Binary codes: (table, metric, the float system each code is measured against, the codes of the default store).
+BINARY = (("scifact_binary", "nDCG@10", "tokens:store=float16,exact=1", "tokens"),
+          ("hotpotqa_binary", "Recall@10", "nugget", "nugget"))
+HASHINGS = ("learned", "untrained", "lsh", "itq", "pca")
 CONTEXTS = (("hotpotqa", "doc"), ("hotpotqa_sentence", "sentence"), ("hotpotqa_unit", "unit"))
 BUDGETS = (50, 100, 200, 500)
 AGREEMENT = ("agree_scifact.json", "agree_hotpotqa.json")
@@ -210,6 +218,38 @@ def context_findings(rows: list[tuple[str, str, dict[str, float]]]) -> list[str]
     return lines
 
 
+def binary_findings(key: str, metric: str, reference: str, default: str, folder: Path = RESULTS) -> list[str]:
+    """Per code size: learned codes against the float reference, the default
+    codes, and each baseline hashing at the same bits, in points of `metric`."""
+    result = runs(key, folder)
+    if result is None:
+        return []
+    systems = result["systems"]
+
+    def value(name: str) -> float | None:
+        s = systems.get(name)
+        return None if s is None else 100 * s["metrics"][metric]
+
+    def spec(base: str, bits: int, hashing: str) -> str:
+        return f"{base}:store=binary,bits={bits}" + ("" if hashing == "learned" else f",hashing={hashing}")
+
+    base = default.split(":")[0]
+    lines = []
+    for bits in (128, 256):
+        learned = value(spec(base, bits, "learned"))
+        if learned is None:
+            continue
+        parts = [f"{bits} bits ({bits // 8} B of code a vector): learned {learned:.2f} {metric}"]
+        for name, label in ((reference, "the float reference"), (default, "the default codes")):
+            if (v := value(name)) is not None and name in systems:
+                parts.append(f"{learned - v:+.2f} against {label} (`{name}`, {v:.2f})")
+        for hashing in HASHINGS[1:]:
+            if (v := value(spec(base, bits, hashing))) is not None:
+                parts.append(f"{learned - v:+.2f} against {hashing}")
+        lines.append("- " + "; ".join(parts) + ".")
+    return lines
+
+
 def agreement(folder: Path = RESULTS) -> list[str]:
     lines = []
     for name in AGREEMENT:
@@ -265,6 +305,9 @@ def render(folder: Path = RESULTS) -> str:
             continue
         out += [f"## {heading}", "", *(line for name, r in result["parts"] for line in provenance(r, name)),
                 *table(result, metrics), ""]
+        for found in BINARY:
+            if found[0] == key and (lines := binary_findings(*found, folder=folder)):
+                out += [*lines, ""]
     if context := contexts(folder):
         out += ["## Context for a prompt (HotpotQA-600)", "", *context, ""]
     if agree := agreement(folder):

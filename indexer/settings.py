@@ -48,8 +48,9 @@ class IndexSettings:
                                        "Flat for a small corpus, else OPQ + IVF + PQ filling --code-bytes)")
     backend: str = option("faiss", "stage-1 ANN library", choices=ann.BACKENDS)
     bm25: bool = option(True, "a BM25 index beside the vectors")
-    store: str = option("codes", "what stage 2 re-scores: codes (the ANN index's own codes, decoded) or float16 (an "
-                                 "exact copy of every vector beside the index, 2 bytes a dimension)", choices=STORES)
+    store: str = option("codes", "what stage 2 re-scores: codes (the ANN index's own codes, decoded), float16 (an "
+                                 "exact copy of every vector beside the index, 2 bytes a dimension) or binary (a "
+                                 "--bits code a vector and nothing else)", choices=STORES)
     code_bytes: int = option(ann.CODE_BYTES, "with store codes and no factory: bytes a vector, all in, the codes may fill",
                              minimum=ann.MIN_CODE_BYTES)
     bits: int = option(binary.BITS, "with store binary: bits a vector's code (a multiple of 8)", minimum=8)

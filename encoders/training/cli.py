@@ -115,11 +115,13 @@ def add_commands(sub) -> None:
     h.add_argument("--backbone", help="default: the packaged all-MiniLM-L6-v2")
     h.add_argument("--documents", type=int, default=2000, help="training documents (a few sentences of a section each)")
     h.add_argument("--heldout", type=int, default=200, help="held-out documents the neighbour recall is measured on")
-    h.add_argument("--steps", type=int, default=1500)
+    h.add_argument("--steps", type=int, default=600)
     h.add_argument("--batch", type=int, default=2048, help="units a step")
-    h.add_argument("--lr", type=float, default=1e-3)
+    h.add_argument("--lr", type=float, default=1e-4)
     h.add_argument("--tau", type=float, default=0.1, help="L_max temperature")
+    h.add_argument("--lmax-weight", type=float, default=0.1, help="weight of the paper's L_max over two views (0: none)")
     h.add_argument("--rank-weight", type=float, default=1.0, help="weight of the listwise ranking term (0: L_max alone)")
+    h.add_argument("--init", choices=("itq", "random"), default="itq", help="heads start from ITQ's map of the training vectors, or at random")
     h.add_argument("--positive", type=float, default=0.9, help="indexed vectors at least this close are positives too")
     h.add_argument("--mask-rate", type=float, default=0.15, help="share of word pieces a view replaces by [MASK]")
     h.add_argument("--cache", type=Path, help="folder for the encoded views (reused when the inputs match)")
@@ -197,7 +199,7 @@ def _hashing(args) -> int:
     train_hashing(
         args.encoder, args.bits, args.out or WEIGHTS / learned_name(args.encoder, args.bits), wiki=args.wiki, backbone=args.backbone,
         documents=args.documents, heldout=args.heldout, steps=args.steps, batch=args.batch, lr=args.lr, tau=args.tau,
-        rank_weight=args.rank_weight, positive=args.positive, mask_rate=args.mask_rate, seed=args.seed, device=args.device,
+        lmax_weight=args.lmax_weight, rank_weight=args.rank_weight, init=args.init, positive=args.positive, mask_rate=args.mask_rate, seed=args.seed, device=args.device,
         cache=args.cache,
     )
     return 0

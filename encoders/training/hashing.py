@@ -15,8 +15,9 @@ sentence, spans).
 - The ranking term (`--rank-weight`, 0 for none): the asymmetric score
   stage 2 uses, cos(scores of the query vector, code of the document vector),
   distilled listwise from the float inner products it replaces, over the
-  indexed vectors of a batch (each a query for all the others). The code side
-  passes its gradient straight through the sign.
+  indexed vectors of a batch (each a query for all the others) made of
+  groups of near neighbours (`nearest`). The code side passes its gradient
+  straight through the sign.
 
 Held-out sections (files 70-99) measure how well each method's codes keep
 the float ranking: for anchor vectors, the share of their 10 nearest float
@@ -144,6 +145,19 @@ def l_max(scores: torch.Tensor, codes: torch.Tensor, positives: torch.Tensor, ta
     return (torch.logaddexp(best, negatives) - best).mean()
 
 
+def nearest(x: torch.Tensor, anchors: int, k: int, seed: int, chunk: int = 1024) -> np.ndarray:
+    """(anchors, k) rows of `x`: random anchors, each followed by its k - 1
+    nearest neighbours by inner product. The ranking term's batches are made
+    of these groups: the order it must keep is among near neighbours, which a
+    uniform batch of a large corpus hardly holds."""
+    chosen = torch.from_numpy(np.random.default_rng(seed).choice(len(x), size=anchors, replace=False)).to(x.device)
+    out = []
+    for start in range(0, anchors, chunk):
+        a = chosen[start : start + chunk]
+        out.append(torch.topk(x[a] @ x.T, k, dim=1).indices.cpu())  # the anchor itself comes first
+    return torch.cat(out).numpy()
+
+
 def rank_loss(x: torch.Tensor, scores: torch.Tensor, scale: torch.Tensor, tau: float) -> torch.Tensor:
     """KL from the float inner products' softmax (each row a query over the
     other rows) to the asymmetric scores': what stage 2 ranks by."""
@@ -182,11 +196,25 @@ def baselines(bits: int, train: np.ndarray, heldout: np.ndarray) -> dict[str, fl
     return {name: round(neighbour_recall(c, heldout), 4) for name, c in codecs.items()}
 
 
+def _start(init: str, dim: int, bits: int, train: np.ndarray, seed: int) -> HashCodec:
+    """The heads training starts from: ITQ's map over a sample of the
+    training vectors (the strongest linear baseline, which training then
+    moves toward the ranking it must keep), or random orthogonal heads."""
+    if init == "random" or bits > dim:
+        return initial(dim, bits, seed)
+    if init != "itq":
+        raise ValueError(f"init must be itq or random, got {init!r}")
+    from propdex.indexer.binary import fit_itq
+
+    sample = train[np.random.default_rng(seed).choice(len(train), size=min(len(train), 65_536), replace=False)]
+    return fit_itq(sample, bits)
+
+
 # -- training -------------------------------------------------------------------------------
 def train_hashing(encoder_name: str, bits: int, out: Path, *, wiki: str | Path = WIKI_EXTRACTED, backbone: str | None = None,
-                  documents: int = 2000, heldout: int = 200, steps: int = 1500, batch: int = 2048, lr: float = 1e-3,
-                  tau: float = 0.1, rank_weight: float = 1.0, rank_tau: float = 0.05, positive: float = 0.9,
-                  mask_rate: float = 0.15, seed: int = 0, device: str = "auto", cache: Path | None = None) -> dict[str, Any]:
+                  documents: int = 2000, heldout: int = 200, steps: int = 600, batch: int = 2048, lr: float = 1e-4,
+                  tau: float = 0.1, lmax_weight: float = 0.1, rank_weight: float = 1.0, rank_tau: float = 0.05, positive: float = 0.9,
+                  mask_rate: float = 0.15, init: str = "itq", seed: int = 0, device: str = "auto", cache: Path | None = None) -> dict[str, Any]:
     """Train the heads and write them to `out` (safetensors and config with
     the training record). Returns the record. `cache`: a folder where the
     encoded views are kept and reused by a run on the same inputs."""
@@ -200,15 +228,16 @@ def train_hashing(encoder_name: str, bits: int, out: Path, *, wiki: str | Path =
     encode_s = time.time() - started
 
     dev = bb.device
-    start = initial(encoder.dim, bits, seed)
+    start = _start(init, encoder.dim, bits, x0, seed)
     head = torch.nn.Linear(encoder.dim, bits).to(dev)
     with torch.no_grad():
         head.weight.copy_(torch.from_numpy(start.weight))
-        head.bias.zero_()
+        head.bias.copy_(torch.from_numpy(start.bias))
     log_scale = torch.nn.Parameter(torch.tensor(np.log(1.0 / rank_tau), dtype=torch.float32, device=dev))
     params = [*head.parameters(), log_scale]
     opt, sched, _ = adamw_with_warmup(params, lr, steps)
     t0, t1, t2 = (torch.from_numpy(x).to(dev) for x in (x0, x1, x2))
+    neighbours = nearest(t0, anchors=min(len(x0), 20_000), k=16, seed=seed) if rank_weight else None
     rng = np.random.default_rng(seed)
     running = None
     bar = tqdm(range(steps), desc="train hashing", unit="step", dynamic_ncols=True)
@@ -218,10 +247,14 @@ def train_hashing(encoder_name: str, bits: int, out: Path, *, wiki: str | Path =
         positives = (clean @ clean.T) >= positive
         positives.fill_diagonal_(True)
         z1, z2 = head(t1[idx]), head(t2[idx])
-        loss = 0.5 * (l_max(z1, torch.sign(z2).detach(), positives, tau) + l_max(z2, torch.sign(z1).detach(), positives, tau))
+        loss = torch.zeros((), device=dev)
+        if lmax_weight:
+            loss = loss + lmax_weight * 0.5 * (l_max(z1, torch.sign(z2).detach(), positives, tau)
+                                               + l_max(z2, torch.sign(z1).detach(), positives, tau))
         if rank_weight:
-            half = idx[: len(idx) // 2]
-            loss = loss + rank_weight * rank_loss(t0[half], head(t0[half]), log_scale.exp(), rank_tau)
+            rows = torch.from_numpy(neighbours[rng.choice(len(neighbours), size=max(1, batch // neighbours.shape[1]),
+                                                          replace=False)].ravel()).to(dev)
+            loss = loss + rank_weight * rank_loss(t0[rows], head(t0[rows]), log_scale.exp(), rank_tau)
         running = smoothed(running, update(loss, params, opt, sched))
         bar.set_postfix(loss=f"{running:.4f}")
     bar.close()
@@ -233,8 +266,8 @@ def train_hashing(encoder_name: str, bits: int, out: Path, *, wiki: str | Path =
         "encoder": encoder.config(),
         "bits": bits,
         "backbone_sha256": bb.weights_hash,
-        "recipe": {"loss": "L_max over two views" + (" + listwise ranking distillation" if rank_weight else ""),
-                   "tau": tau, "rank_weight": rank_weight, "rank_tau": rank_tau, "positive_cosine": positive,
+        "recipe": {"loss": " + ".join(t for t, w in (("L_max over two views", lmax_weight), ("listwise ranking distillation", rank_weight)) if w),
+                   "init": init, "tau": tau, "lmax_weight": lmax_weight, "rank_weight": rank_weight, "rank_tau": rank_tau, "positive_cosine": positive,
                    "mask_rate": mask_rate, "dropout": "the backbone's own"},
         "training": {"steps": steps, "batch": batch, "lr": lr, "seed": seed, "documents": len(docs),
                      "vectors": len(x0), "vectors_seen": steps * min(batch, len(x0)), "final_loss": round(float(running or 0), 5),
