@@ -198,3 +198,19 @@ def test_a_binary_index_grows_by_adds(stores, tmp_path, minilm):
     ix.add(docs[:20])
     ix.add(docs[20:])
     assert ix.search(docs[30].text.split(".")[0], k=3)[0].doc_id == docs[30].id
+
+
+def test_train_hashing_writes_heads_with_their_record(tmp_path, minilm):
+    from propdex.cli import main
+
+    out = tmp_path / "heads"
+    assert main(["train", "hashing", "--encoder", "tokens", "--bits", "64", "--documents", "16", "--heldout", "8",
+                 "--steps", "5", "--wiki", str(WIKI), "--out", str(out), "--device", "cpu"]) == 0
+    encoder = load_encoder("tokens", backbone=minilm)
+    codec, sha = load_learned(out, encoder.config(), 64)
+    assert codec.bits == 64 and codec.dim == encoder.dim
+    import json
+
+    record = json.loads((out / "config.json").read_text())
+    assert record["training"]["steps"] == 5 and record["bits"] == 64 and "command" in record and "hardware" in record
+    assert set(record["heldout_neighbour_recall@10"]) == {"learned", "untrained", "lsh", "pca", "itq"}
