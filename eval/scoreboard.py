@@ -46,7 +46,7 @@ TABLES = (
     ("hotpotqa_binary", "HotpotQA-600, binary codes (`nugget`, `store=binary`)", ("Recall@2", "Recall@10", "AllGold@10")),
 )
 # Binary codes: (table, metric, the float system each code is measured against, the codes of the default store).
-BINARY = (("scifact_binary", "nDCG@10", "tokens:store=float16,exact=1", "tokens"),
+BINARY = (("scifact_binary", "nDCG@10", "tokens:store=float16:exact=1", "tokens"),
           ("hotpotqa_binary", "Recall@10", "nugget", "nugget"))
 HASHINGS = ("learned", "untrained", "lsh", "itq", "pca")
 CONTEXTS = (("hotpotqa", "doc"), ("hotpotqa_sentence", "sentence"), ("hotpotqa_unit", "unit"))
@@ -231,7 +231,7 @@ def binary_findings(key: str, metric: str, reference: str, default: str, folder:
         return None if s is None else 100 * s["metrics"][metric]
 
     def spec(base: str, bits: int, hashing: str) -> str:
-        return f"{base}:store=binary,bits={bits}" + ("" if hashing == "learned" else f",hashing={hashing}")
+        return f"{base}:store=binary:bits={bits}" + ("" if hashing == "learned" else f":hashing={hashing}")
 
     base = default.split(":")[0]
     lines = []
