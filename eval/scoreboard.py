@@ -250,6 +250,27 @@ def binary_findings(key: str, metric: str, reference: str, default: str, folder:
     return lines
 
 
+def bench_lines(name: str = "bench_binary.json", folder: Path = RESULTS) -> list[str]:
+    """`propdex bench`'s side-by-side run: every store of one corpus at the same threads, one query at a time."""
+    result = load(name, folder)
+    if result is None:
+        return []
+    head = ["system", "nDCG@10", "B/vec all in", "p50 ms", "p95 ms", "p50 of each round"]
+    lines = [f"`propdex bench` alone on the machine, {result['threads']} thread(s), median of {result['rounds']} round(s) "
+             f"(`eval/results/scoreboard/{name}`, commit {result['versions'].get('git')}):", "", "```bash", result["command"],
+             "```", "", _row(head), "|" + "---|" * len(head)]
+    for system, s in result["systems"].items():
+        if system.endswith(":window=0"):
+            continue
+        lines.append(_row([system, _f(s["nDCG@10"], 2, 100), _f(s.get("bytes_per_vector"), 1), _f(s["p50_ms"], 1),
+                           _f(s.get("p95_ms"), 1), " / ".join(_f(v, 1) for v in s.get("p50_ms_rounds", []))]))
+    exact = result.get("exact")
+    if exact:
+        lines.append(_row(["exact MaxSim (float32 scan)", _f(exact["nDCG@10"], 2, 100), "–", _f(exact["p50_ms"], 1),
+                           _f(exact.get("p95_ms"), 1), ""]))
+    return lines
+
+
 def agreement(folder: Path = RESULTS) -> list[str]:
     lines = []
     for name in AGREEMENT:
@@ -308,6 +329,8 @@ def render(folder: Path = RESULTS) -> str:
         for found in BINARY:
             if found[0] == key and (lines := binary_findings(*found, folder=folder)):
                 out += [*lines, ""]
+        if key == "scifact_binary" and (lines := bench_lines(folder=folder)):
+            out += [*lines, ""]
     if context := contexts(folder):
         out += ["## Context for a prompt (HotpotQA-600)", "", *context, ""]
     if agree := agreement(folder):
