@@ -42,7 +42,6 @@ TABLES = (
     ("hotpotqa_sentence", "HotpotQA-600, sentences (gold: the supporting facts)",
      ("Recall@2", "Recall@10", "Recall@20", "AllGold@2", "AllGold@10", "AllGold@20")),
     ("propsegment", "PropSegment (dev, atomic facts: propositions entailing the query)", ("P@1", "R@5", "R@10", "R@20")),
-    ("scifact_binary", "SciFact, binary codes (`tokens`, `store=binary`)", ("nDCG@10", "Recall@100", "MRR@10")),
     ("hotpotqa_binary", "HotpotQA-600, binary codes (`nugget`, `store=binary`)", ("Recall@2", "Recall@10", "AllGold@10")),
 )
 # Binary codes: (table, metric, the float system each code is measured against, the codes of the default store).
