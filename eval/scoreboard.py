@@ -31,7 +31,6 @@ RUNS = {
     "hotpotqa_sentence": ("hotpotqa_sentence.json", "hotpotqa_sentence_grains.json"),
     "hotpotqa_unit": ("hotpotqa_unit.json",),
     "propsegment": ("propsegment.json",),
-    "scifact_binary": ("scifact_binary.json",),
     "hotpotqa_binary": ("hotpotqa_binary.json",),
 }
 # The datasets, in the order the scoreboard shows them: (runs, heading, metric columns).
@@ -44,11 +43,8 @@ TABLES = (
     ("propsegment", "PropSegment (dev, atomic facts: propositions entailing the query)", ("P@1", "R@5", "R@10", "R@20")),
     ("hotpotqa_binary", "HotpotQA-600, binary codes (`nugget`, `store=binary`)", ("Recall@2", "Recall@10", "AllGold@10")),
 )
-# Binary codes: (table, metric, the float system each code is measured against, the codes of the default store).
-# SciFact's float reference is exact float32 MaxSim as `propdex bench` measures it beside the stores (BENCH).
-BINARY = (("scifact_binary", "nDCG@10", "exact", "tokens"),
-          ("hotpotqa_binary", "Recall@10", None, "nugget"))
-BENCH = "bench_binary.json"
+# Binary codes: (table, metric, the codes of the default store they are measured against).
+BINARY = (("hotpotqa_binary", "Recall@10", "nugget"),)
 HASHINGS = ("learned", "untrained", "lsh", "itq", "pca")
 CONTEXTS = (("hotpotqa", "doc"), ("hotpotqa_sentence", "sentence"), ("hotpotqa_unit", "unit"))
 BUDGETS = (50, 100, 200, 500)
@@ -219,18 +215,13 @@ def context_findings(rows: list[tuple[str, str, dict[str, float]]]) -> list[str]
     return lines
 
 
-def binary_findings(key: str, metric: str, reference: str | None, default: str, folder: Path = RESULTS) -> list[str]:
-    """Per code size: learned codes against exact MaxSim (`reference`: from
-    the bench's run), the default codes, and each baseline hashing at the
-    same bits, in points of `metric`."""
+def binary_findings(key: str, metric: str, default: str, folder: Path = RESULTS) -> list[str]:
+    """Per code size: learned codes against the default codes and each
+    baseline hashing at the same bits, in points of `metric`."""
     result = runs(key, folder)
     if result is None:
         return []
-    systems = dict(result["systems"])
-    bench = load(BENCH, folder) if reference else None
-    if bench and bench.get(reference):
-        systems["exact MaxSim"] = {"metrics": {metric: bench[reference][metric]}}
-        reference = "exact MaxSim"
+    systems = result["systems"]
 
     def value(name: str) -> float | None:
         s = systems.get(name)
@@ -246,34 +237,12 @@ def binary_findings(key: str, metric: str, reference: str | None, default: str, 
         if learned is None:
             continue
         parts = [f"{bits} bits ({bits // 8} B of code a vector): learned {learned:.2f} {metric}"]
-        for name, label in ((reference, "float32 MaxSim, in the bench"), (default, "the default codes")):
-            if name is not None and (v := value(name)) is not None:
-                parts.append(f"{learned - v:+.2f} against {label} (`{name}`, {v:.2f})")
+        if (v := value(default)) is not None:
+            parts.append(f"{learned - v:+.2f} against the default codes (`{default}`, {v:.2f})")
         for hashing in HASHINGS[1:]:
             if (v := value(spec(base, bits, hashing))) is not None:
                 parts.append(f"{learned - v:+.2f} against {hashing}")
         lines.append("- " + "; ".join(parts) + ".")
-    return lines
-
-
-def bench_lines(name: str = BENCH, folder: Path = RESULTS) -> list[str]:
-    """`propdex bench`'s side-by-side run: every store of one corpus at the same threads, one query at a time."""
-    result = load(name, folder)
-    if result is None:
-        return []
-    head = ["system", "nDCG@10", "B/vec all in", "p50 ms", "p95 ms", "p50 of each round"]
-    lines = [f"`propdex bench` alone on the machine, {result['threads']} thread(s), median of {result['rounds']} round(s) "
-             f"(`eval/results/scoreboard/{name}`, commit {result['versions'].get('git')}):", "", "```bash", result["command"],
-             "```", "", _row(head), "|" + "---|" * len(head)]
-    for system, s in result["systems"].items():
-        if system.endswith(":window=0"):
-            continue
-        lines.append(_row([system, _f(s["nDCG@10"], 2, 100), _f(s.get("bytes_per_vector"), 1), _f(s["p50_ms"], 1),
-                           _f(s.get("p95_ms"), 1), " / ".join(_f(v, 1) for v in s.get("p50_ms_rounds", []))]))
-    exact = result.get("exact")
-    if exact:
-        lines.append(_row(["exact MaxSim (float32 scan)", _f(exact["nDCG@10"], 2, 100), "–", _f(exact["p50_ms"], 1),
-                           _f(exact.get("p95_ms"), 1), ""]))
     return lines
 
 
@@ -335,8 +304,6 @@ def render(folder: Path = RESULTS) -> str:
         for found in BINARY:
             if found[0] == key and (lines := binary_findings(*found, folder=folder)):
                 out += [*lines, ""]
-        if key == "scifact_binary" and (lines := bench_lines(folder=folder)):
-            out += [*lines, ""]
     if context := contexts(folder):
         out += ["## Context for a prompt (HotpotQA-600)", "", *context, ""]
     if agree := agreement(folder):

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from propdex.encoders.hashing import METHODS, HashCodec, check_bits, initial, learned_name, load_learned, lsh, pca, signs
+from propdex.encoders.hashing import FITTED, METHODS, HashCodec, check_bits, initial, learned_name, load_learned, lsh, pca, signs
 
 from .factory import FLAT_BELOW, _lists, list_bytes
 from .faiss_setup import apply_threads, faiss
@@ -63,7 +63,7 @@ def training_size(factory: str, n_vectors: int, method: str) -> int:
     """Vectors the codec is trained on: the lists' k-means (40 a list) and a
     fitted map (pca, itq) want a sample; a scan of fixed heads wants none."""
     want = 40 * lists_of(factory)
-    if method in ("pca", "itq"):
+    if method in FITTED:
         want = max(want, 65_536)
     return min(n_vectors, want)
 
@@ -83,23 +83,21 @@ def fit_itq(sample: np.ndarray, bits: int) -> HashCodec:
     return HashCodec(w, bias.astype(np.float32), "itq")
 
 
-def heads(method: str, bits: int, encoder_config: dict[str, Any], sample: np.ndarray | None,
-          weights: str | Path | None = None) -> tuple[HashCodec, str | None]:
+def heads(method: str, bits: int, encoder_config: dict[str, Any], sample: np.ndarray | None) -> tuple[HashCodec, str | None]:
     """The map `method` names for vectors of the encoder `encoder_config`
     records, and the sha256 of the weights it was read from (learned only).
-    `sample` (the corpus's vectors) fits pca and itq; `weights` is a
-    directory of trained heads other than the packaged ones."""
+    `sample` (the corpus's vectors) fits pca and itq."""
     from propdex.encoders import weights_path
 
     dim = int(encoder_config["dim"])
     check_bits(bits, dim, method)
     if method == "learned":
-        return load_learned(weights_path(weights or learned_name(encoder_config["name"], bits)), encoder_config, bits)
+        return load_learned(weights_path(learned_name(encoder_config["name"], bits)), encoder_config, bits)
     if method == "untrained":
         return initial(dim, bits), None
     if method == "lsh":
         return lsh(dim, bits), None
-    if method in ("pca", "itq"):
+    if method in FITTED:
         if sample is None or len(sample) < bits:
             raise ValueError(f"hashing={method} is fitted on the corpus's vectors: at least {bits} are needed")
         return (pca(sample, bits) if method == "pca" else fit_itq(sample, bits)), None
