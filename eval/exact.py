@@ -39,21 +39,9 @@ def measure_exact(index: str, queries: list[tuple[str, str]], qrels: dict[str, d
     encoder = encoder_from_config(manifest["encoder"], device="cpu", runtime=runtime)
     started = time.perf_counter()
     qv = [encoder.encode_queries([text])[0].vectors.astype(np.float32) for _, text in queries]
-    ranked: list[list[tuple[float, str]]] = [[] for _ in queries]
-    for s in manifest["shards"]:
-        store = ShardStore(index / s["name"])
-        try:
-            live = np.ones(len(store), bool)
-            if s.get("deleted"):
-                live[read_deleted(index / s["name"] / s["deleted"])] = False
-            by_ordinal = {o: d for d, o in store.id_ordinals()}
-            for q, scores in enumerate(maxsim_every_document(qv, store, budget_mb)):
-                scores[~live] = -np.inf
-                ranked[q] += [(float(scores[o]), by_ordinal[int(o)]) for o in top_k(scores, 10) if np.isfinite(scores[o])]
-        finally:
-            store.close()
+    ranked = exact_rankings(index, qv, 10, budget_mb)
     elapsed = time.perf_counter() - started
-    run = {qid: rank_scores(doc_id for _, doc_id in sorted(hits, key=lambda h: (-h[0], h[1]))[:10]) for (qid, _), hits in zip(queries, ranked)}
+    run = {qid: rank_scores(doc_id for doc_id, _ in hits) for (qid, _), hits in zip(queries, ranked)}
     return {
         "query_runtime": encoder.backbone.runtime,
         "nDCG@10": round(beir_metrics(run, qrels)["nDCG@10"], 4), "queries": len(queries),
@@ -61,6 +49,30 @@ def measure_exact(index: str, queries: list[tuple[str, str]], qrels: dict[str, d
         "bytes_per_vector": 4 * encoder.dim, "build_s": 0.0, "peak_rss_mb": peak_rss_mb(),
         "within": "every document, one blocked float32 scan of the stored vectors for all queries",
     }
+
+
+def exact_rankings(index: Path, query_vectors: list[np.ndarray], depth: int, budget_mb: int = 512,
+                   exclude: list[set[str]] | None = None) -> list[list[tuple[str, float]]]:
+    """Each query's `depth` best live documents of the index at `index` by
+    float32 MaxSim over every stored vector, as (doc id, score), best first
+    (ties by id); documents in the query's `exclude` set are never ranked."""
+    manifest = read_manifest(index)
+    ranked: list[list[tuple[float, str]]] = [[] for _ in query_vectors]
+    for s in manifest["shards"]:
+        store = ShardStore(index / s["name"])
+        try:
+            live = np.ones(len(store), bool)
+            if s.get("deleted"):
+                live[read_deleted(index / s["name"] / s["deleted"])] = False
+            by_ordinal = {o: d for d, o in store.id_ordinals()}
+            for q, scores in enumerate(maxsim_every_document(query_vectors, store, budget_mb)):
+                scores[~live] = -np.inf
+                if exclude and exclude[q]:
+                    scores[[o for o, d in by_ordinal.items() if d in exclude[q]]] = -np.inf
+                ranked[q] += [(float(scores[o]), by_ordinal[int(o)]) for o in top_k(scores, depth) if np.isfinite(scores[o])]
+        finally:
+            store.close()
+    return [[(d, sc) for sc, d in sorted(hits, key=lambda h: (-h[0], h[1]))[:depth]] for hits in ranked]
 
 
 def maxsim_every_document(queries: list[np.ndarray], store: ShardStore, budget_mb: int = 512) -> Iterator[np.ndarray]:

@@ -115,8 +115,8 @@ def run_encoder(task: Task, pipeline: Pipeline, level: str, depth: int, work: Pa
             raise ValueError(f"pool must be at least 1, got {n}")
         pools = {q.id: [d for d, _ in searcher.lexical_search.ranking(q.text, n, task.exclude.get(q.id, ()))] for q in task.queries}
     if flag(system.options.get("exact", False)):
-        every = [d.id for d in task.corpus]
-        pools = {q.id: every for q in task.queries}
+        searcher.close()
+        return _exact_outcome(task, pipeline, level, depth, out, encoder, manifest, queries)
     options = {f.name: getattr(settings, f.name) for f in fields(SearchSettings) if f.name not in ("k", "level")}
     rankings, scores, latencies = {}, {}, []
     for q, query in zip(task.queries, queries):
@@ -151,6 +151,32 @@ def run_encoder(task: Task, pipeline: Pipeline, level: str, depth: int, work: Pa
         "index_dir": str(out),
         **_pipeline_stats(settings),
         **({"context": contexts.figures()} if contexts else {}),
+    })
+
+
+def _exact_outcome(task: Task, pipeline: Pipeline, level: str, depth: int, out: Path, encoder: Any,
+                   manifest: dict[str, Any], queries: Sequence[str]) -> Outcome:
+    """`exact=1`: the reference a system's codes are measured against, float32
+    MaxSim of each query over every live document of a float16 index, all
+    queries in one blocked scan (eval.exact). Its latency is that scan's
+    time shared evenly by the queries."""
+    settings = pipeline.settings(depth, search_level(task, level))
+    if store_of(manifest) != "float16" or settings.level != "doc" or settings.hybrid or settings.hops == 2:
+        raise ValueError(f"{pipeline.system.name}: exact=1 ranks documents by MaxSim over a float16 index's own vectors "
+                         "(add store=float16; no +bm25, hops or level)")
+    from .exact import exact_rankings
+
+    started = time.perf_counter()
+    vectors = [e.vectors.astype(np.float32) for e in encoder.encode_queries(list(queries))]
+    ranked = exact_rankings(out, vectors, settings.k, exclude=[task.exclude.get(q.id, set()) for q in task.queries])
+    per_query = (time.perf_counter() - started) * 1000 / max(len(queries), 1)
+    counts = manifest["counts"]
+    return Outcome({q.id: [d for d, _ in hits] for q, hits in zip(task.queries, ranked)},
+                   {q.id: [sc for _, sc in hits] for q, hits in zip(task.queries, ranked)}, [per_query] * len(queries), {
+        "vectors": counts["vectors"], "vectors_per_doc": counts["vectors"] / max(counts["documents"], 1),
+        "float32_bytes_per_vector": 4 * encoder.dim, "store": "float16",
+        "within": "every document, one blocked float32 scan of the stored vectors for all queries",
+        "encoder": manifest["encoder"], "backbone_sha256": manifest["backbone"]["weights_sha256"], "index_dir": str(out),
     })
 
 

@@ -6,7 +6,7 @@ proposition mask instead of reading the proposition text), `title=0` (leave
 titles out), and search options (`nprobe=64`, `window=0`, `hops=2`).
 `A+bm25` is A searched with `--hybrid` (`fusion=minmax` on the last part
 picks the method). Two options are eval's alone: `pool=N` re-ranks exactly
-BM25's top N per query and `exact=1` re-scores every document. The grammar
+BM25's top N per query and `exact=1` ranks every document by float32 MaxSim (eval.exact). The grammar
 lives apart from the runner so that other tasks (eval.rr) can name the same
 encoders the same way without importing the runner.
 """
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 # window, hops, fusion, ...) less those the grammar spells itself (`+bm25` is
 # hybrid) or eval sets (k, level); they change how an index is searched, not
 # the index, whose build is reused. Two more are eval's: pool=N re-ranks
-# exactly BM25's top N per query (`within`), exact=1 re-scores every document.
+# exactly BM25's top N per query (`within`), exact=1 scans every document's vectors.
 SEARCH_OPTIONS = tuple(f.name for f in fields(SearchSettings) if f.name not in ("k", "level", "hybrid", "bm25", "where"))
 EVAL_OPTIONS = ("pool", "exact")
 SPEC_GRAMMAR = "NAME[:option=value...][+bm25][:hops=2][:fusion=rrf|minmax]"

@@ -28,12 +28,13 @@ import numpy as np
 
 from propdex.encoders.hashing import FITTED, METHODS, HashCodec, check_bits, initial, learned_name, load_learned, lsh, pca, signs
 
-from .factory import FLAT_BELOW, _lists, list_bytes
+from .factory import _lists, list_bytes
 from .faiss_setup import apply_threads, faiss
 
 CODEC_FILE = "trained.hashing"  # safetensors: weight, bias (the heads), centroids (BIVF's lists)
 BITS_FILE = "index.bits"  # a shard's rows: uint8 .npy (V, list bytes + B/8)
 BITS = 256  # the default code: 32 bytes a vector
+SCAN_BELOW = 1 << 22  # codes; under this, stage 1 is a Hamming scan of every code (BFlat)
 
 
 def holds_bits(path: str | Path) -> bool:
@@ -42,10 +43,15 @@ def holds_bits(path: str | Path) -> bool:
 
 
 def default_factory(n_vectors: int) -> str:
-    """FAISS's binary factory string for `n_vectors` codes: a scan below
-    FLAT_BELOW (Hamming distances are a popcount each), else about
-    4 sqrt(N) lists, as the float16 store's stage 1 has."""
-    if n_vectors < FLAT_BELOW:
+    """FAISS's binary factory string for `n_vectors` codes: a scan of every
+    code below SCAN_BELOW, else about 4 sqrt(N) lists, as the float16
+    store's stage 1 has. A Hamming distance is a few popcounts, a float
+    stage 1's distance a few hundred multiply-adds, so a binary scan stays
+    cheaper than a float one (factory.FLAT_BELOW) at far more vectors, and a scan
+    loses no neighbour to a list it did not probe: with the few probes a
+    multi-vector query makes, IVF over codes of a few hundred thousand
+    vectors misses many that MaxSim needs."""
+    if n_vectors < SCAN_BELOW:
         return "BFlat"
     return f"BIVF{_lists(n_vectors, 4 * math.sqrt(n_vectors))}"
 

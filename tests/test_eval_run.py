@@ -237,3 +237,33 @@ def test_context_figures_are_those_of_index_context(tmp_path):
         assert figures[f"support@{words}"] == pytest.approx(support / len(task.queries))
     assert figures["support@120"] > figures["support@40"]  # more words hold more supporting sentences here
     index.close()
+
+
+def test_exact_reference_ranks_as_the_searcher_rescoring_every_document(tmp_path, tiny, hotpot_docs):
+    """exact=1's blocked scan (eval.exact) is the Searcher's stage 2 over every document, with no stage 1."""
+    import numpy as np
+
+    from propdex.encoders import load_encoder
+    from propdex.eval.exact import exact_rankings
+    from propdex.indexer.build import IndexWriter
+    from propdex.retriever import Searcher
+
+    encoder = load_encoder("tokens", backbone=tiny)
+    IndexWriter(tmp_path / "ix", encoder, store="float16").build(hotpot_docs[:30])
+    questions = ["Which magazine was started first?", "Who directed the film about the river?"]
+    every = [d.id for d in hotpot_docs[:30]]
+    skip = {every[3]}
+    ranked = exact_rankings(tmp_path / "ix", [e.vectors.astype(np.float32) for e in encoder.encode_queries(questions)], 12,
+                            exclude=[skip, set()])
+    searcher = Searcher.load(tmp_path / "ix", encoder=encoder)
+    expected = searcher.search_batch(questions, k=12, within=[every, every], exclude=[skip, set()], window=0)
+    searcher.close()
+    for mine, theirs in zip(ranked, expected):
+        assert [d for d, _ in mine] == [h.doc_id for h in theirs]
+        assert np.allclose([s for _, s in mine], [h.score for h in theirs], atol=1e-4)
+    assert every[3] not in [d for d, _ in ranked[0]]
+
+
+def test_exact_reference_needs_a_float16_index(tmp_path):
+    with pytest.raises(ValueError, match="exact=1 ranks documents by MaxSim over a float16 index"):
+        evaluate("hotpotqa", str(HOTPOT), ["tokens:factory=Flat:exact=1"], limit=2, work=tmp_path)

@@ -137,6 +137,12 @@ def test_hamming_search_equals_brute_force(factory):
         assert np.allclose(scores[r], 1 - 2 * d[r, ids[r]] / 64)
 
 
+def test_binary_stage_1_scans_every_code_until_millions():
+    assert binary.default_factory(300_000) == "BFlat"
+    assert binary.default_factory(binary.SCAN_BELOW - 1) == "BFlat"
+    assert binary.lists_of(binary.default_factory(20_000_000)) > 1000
+
+
 def test_filtered_search_returns_only_allowed_vectors_and_the_nearest_of_them():
     x = _unit(3000, 32)
     codec = binary.train("BIVF16", lsh(32, 64), x)
