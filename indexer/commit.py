@@ -125,14 +125,14 @@ class Transaction:
         m = self.manifest
         listed = {s.name for s in m.shards}
         trained = m.index.trained if m.index is not None else None
-        bm25 = m.lexical.dir if m.lexical is not None else None
+        bm25 = m.lexical.dir if m.lexical is not None else None  # an index's one BM25 from before segments
         for path in self.out.iterdir():
             if path.name in (MANIFEST, LOCK) or path.name == bm25:
                 continue
             if path.is_dir() and path.name in listed:
                 shard = m.shard(path.name)
                 for f in path.iterdir():
-                    if f.name not in (LMDB_DIR, shard.stored, shard.index, shard.deleted):
+                    if f.name not in (LMDB_DIR, shard.stored, shard.index, shard.deleted, shard.bm25):
                         remove(f)
             elif path.name != trained:
                 remove(path)

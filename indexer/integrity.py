@@ -40,11 +40,13 @@ def committed_files(manifest: dict[str, Any]) -> list[Committed]:
             files.append(Committed(f"{s['name']}/{s['index']}", s.get("index_sha256"), s.get("index_bytes")))
         if s.get("deleted"):
             files.append(Committed(f"{s['name']}/{s['deleted']}", s.get("deleted_sha256"), s.get("deleted_bytes")))
+        for name, digest in (s.get("bm25_files") or {}).items():
+            files.append(Committed(f"{s['name']}/{s['bm25']}/{name}", digest, None))
     index = manifest.get("index") or {}
     if index.get("trained"):
         files.append(Committed(index["trained"], index.get("trained_sha256"), index.get("trained_bytes")))
     lexical = manifest.get("lexical") or {}
-    for name, digest in (lexical.get("files") or {}).items():
+    for name, digest in (lexical.get("files") or {}).items():  # an index from before segments
         files.append(Committed(f"{lexical['dir']}/{name}", digest, None))
     return files
 

@@ -225,13 +225,11 @@ def _next_generation(tx: Transaction) -> int:
 
 
 def commit_generation(tx: Transaction, titles: bool, garbage: list[Path]) -> None:
-    """Rebuild BM25, commit the next generation, then remove what it no longer lists."""
+    """BM25 segments for the new shards, commit the next generation, then
+    remove what it no longer lists."""
     generation = _next_generation(tx)
-    old_bm25 = tx.manifest.lexical.dir if tx.manifest.lexical is not None else None
     if tx.manifest.settings.bm25:
-        phases.build_lexical(tx, titles, f"{lexical.BM25_DIR}-{generation:06d}")
-        if old_bm25:
-            garbage.append(tx.out / old_bm25)
+        garbage += phases.build_lexical(tx, titles)
     tx.manifest.generation = generation
     tx.commit()
     for path in garbage:

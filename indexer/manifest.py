@@ -257,6 +257,8 @@ class Shard(Record):
     deleted_docs: int | None = later()
     deleted_sha256: str | None = later()
     deleted_bytes: int | None = later()
+    bm25: str | None = later()  # the shard's BM25 segment (lexical.Segment), a directory inside it
+    bm25_files: dict[str, str] | None = later()  # the segment's files, each with its sha256
 
     @property
     def live_docs(self) -> int:
@@ -301,13 +303,16 @@ class Merged(Record):
 
 @dataclass(eq=False)
 class Lexical(Record):
-    """The BM25 index: its directory, document count, parameters (kept as
-    the lexical module reports them), and each file's sha256."""
+    """The BM25 index: live documents, parameters (kept as the lexical module
+    reports them), the build's seconds, and how many shards hold a segment
+    (`segments`). An index from before segments has instead one directory
+    (`dir`) and each of its files' sha256."""
 
     dir: str = ""
     documents: int = 0
     files: dict[str, str] = field(default_factory=dict)
     build_s: float | None = None
+    segments: int | None = later()
 
     @classmethod
     def of(cls, dir: str, documents: int, params: dict[str, Any], files: dict[str, str], build_s: float) -> "Lexical":

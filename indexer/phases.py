@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from propdex.encoders import Document
 
 from . import ann, binary, lexical
 from .commit import TRAINED, Transaction, remove
@@ -244,30 +243,40 @@ def _fill_shard(tx: Transaction, s: Shard, trained: object | None) -> None:
     s.add_s = round(time.time() - started, 3)
 
 
-def build_lexical(tx: Transaction, titles: bool, name: str = lexical.BM25_DIR) -> None:
-    """BM25 over the live documents of the manifest's shards, in directory
-    `name`; recorded in the manifest, not committed. With no live document
-    there is no collection to score: the manifest records none."""
+def build_lexical(tx: Transaction, titles: bool) -> list[Path]:
+    """A BM25 segment (lexical.Segment) for every shard that has none, over
+    all of the shard's documents in ordinal order (a searcher leaves the
+    deleted ones out when it combines the segments), written aside and
+    renamed into the shard; recorded in the manifest, not committed. An
+    index's one BM25 directory from before segments is returned, for the
+    caller to remove once the commit no longer lists it."""
     started = time.time()
     m = tx.manifest
-    tmp, final = tx.out / (name + ".tmp"), tx.out / name
-    remove(tmp)
-    if not any(s.docs > (s.deleted_docs or 0) for s in m.shards):
-        m.lexical = None
-        return
-    index = lexical.index_documents(_live_documents(tx), titles)
-    index.save(tmp)
-    files = {f.name: sha256_file(f) for f in sorted(tmp.iterdir())}
-    tmp.rename(final)
-    m.lexical = Lexical.of(name, len(index), index.params, files, round(time.time() - started, 3))
-    log.info("BM25 over %d documents in %.1fs", len(index), time.time() - started)
-
-
-def _live_documents(tx: Transaction) -> Iterator[Document]:
-    for s in tx.manifest.shards:
+    built = 0
+    for s in m.shards:
+        if s.bm25:
+            continue
+        folder = tx.out / s.name
+        tmp, final = folder / (lexical.SEGMENT_DIR + ".tmp"), folder / lexical.SEGMENT_DIR
+        remove(tmp)
+        remove(final)  # renamed by a build killed before its commit
         store = tx.store(s)
-        dead = set(tx.deleted(s).tolist())
-        for o in range(s.docs):
-            if o not in dead:
-                yield store.document(o)
-        store.close()
+        try:
+            docs = (store.document(o) for o in range(s.docs))
+            lexical.Segment.build((d.id, lexical.document_text(d.title if titles else "", d.text)) for d in docs).save(tmp)
+        finally:
+            store.close()
+        s.bm25_files = {f.name: sha256_file(f) for f in sorted(tmp.iterdir())}
+        tmp.rename(final)
+        s.bm25 = lexical.SEGMENT_DIR
+        built += 1
+    old = [tx.out / m.lexical.dir] if m.lexical is not None and m.lexical.dir else []
+    live = sum(s.live_docs for s in m.shards)
+    if not live:
+        m.lexical = None
+        return old
+    took = round(time.time() - started, 3)
+    m.lexical = Lexical.of("", live, {**lexical.DEFAULTS, "analyzer": lexical.ANALYZER}, {}, took)
+    m.lexical.segments = len(m.shards)
+    log.info("BM25: %d new segments, %d live documents in %d segments (%.1fs)", built, live, len(m.shards), took)
+    return old

@@ -118,11 +118,26 @@ def close_shards(shards: Sequence[Shard]) -> None:
 
 
 def open_bm25(path: Path, manifest: dict[str, Any]) -> lexical.BM25 | None:
-    """The index's BM25 (None: built without one). It is memory-mapped on
-    opening, not on first use: a writer's later commit replaces it, and this
-    reader keeps the view it opened."""
+    """The index's BM25 (None: built without one): every shard's segment,
+    memory-mapped on opening, with the shard's deletions left out. A
+    writer's later commit adds segments and deletions; this reader keeps the
+    view it opened."""
     info = manifest.get("lexical")
-    return lexical.BM25.load(path / info["dir"]) if info else None
+    if not info:
+        return None
+    if info.get("dir"):  # an index from before segments
+        return lexical.Bm25sIndex.load(path / info["dir"])
+    segments, live = [], []
+    for entry in manifest["shards"]:
+        if not entry.get("bm25"):
+            raise ValueError(f"{path}: shard {entry['name']} has no BM25 segment; the index is damaged")
+        segments.append(lexical.Segment.load(path / entry["name"] / entry["bm25"]))
+        mask = None
+        if entry.get("deleted"):
+            mask = np.ones(len(segments[-1]), bool)
+            mask[read_deleted(path / entry["name"] / entry["deleted"])] = False
+        live.append(mask)
+    return lexical.BM25(segments, live, {k: info[k] for k in ("method", "k1", "b", "analyzer") if k in info})
 
 
 class _Codecs:

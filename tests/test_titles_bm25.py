@@ -126,7 +126,7 @@ def test_two_builds_of_one_corpus_write_the_same_bm25_files(tmp_path):
         from pathlib import Path
         from propdex.indexer import lexical
         docs = [(f"d{i}", f"term{i} apple banana cherry {'pear ' * (i % 3)} the of") for i in range(40)] + [("stop", "the of and")]
-        lexical.BM25.build(docs).save(Path(sys.argv[1]))
+        lexical.Segment.build(docs).save(Path(sys.argv[1]))
     """)
     for seed in ("1", "2"):
         subprocess.run([sys.executable, "-c", script, str(tmp_path / seed)], check=True, env={**os.environ, "PYTHONHASHSEED": seed})
@@ -134,7 +134,7 @@ def test_two_builds_of_one_corpus_write_the_same_bm25_files(tmp_path):
     assert files and files == sorted(p.name for p in (tmp_path / "2").iterdir())
     for name in files:
         assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes(), name
-    index = lexical.BM25.load(tmp_path / "1")
+    index = lexical.BM25([lexical.Segment.load(tmp_path / "1")])
     assert [d for d, _ in index.search("term7 pear", 3)][0] == "d7"
     assert index.search("the of", 3) == []
 
@@ -148,13 +148,13 @@ _KILL_DURING_BM25 = textwrap.dedent("""
     from propdex.indexer.build import IndexWriter
     from propdex.indexer.readers import read_corpus
 
-    real_save = lexical.BM25.save
+    real_save = lexical.Segment.save
     def save_then_die(self, directory):
         real_save(self, directory)
         files = sorted(Path(directory).iterdir())
         files[0].write_bytes(files[0].read_bytes()[:7])  # half-written
         os.kill(os.getpid(), signal.SIGKILL)
-    lexical.BM25.save = save_then_die
+    lexical.Segment.save = save_then_die
     enc = load_encoder("tokens", backbone=Backbone.load({tiny!r}, device="cpu", max_length=64))
     docs = [d for _, d in zip(range(60), read_corpus([{corpus!r}]))]
     IndexWriter({out!r}, enc, shard_docs=20, inputs={{"n": 60}}).build(docs)
@@ -175,12 +175,12 @@ def test_bm25_write_killed_resumes_to_the_same_index(tmp_path, tiny, tiny_dir):
     victim = subprocess.run([sys.executable, "-c", script], capture_output=True)
     assert victim.returncode == -9, victim.stderr.decode()[-2000:]
     assert read_manifest(tmp_path / "killed")["status"] == "lexical"
-    assert (tmp_path / "killed" / "bm25.tmp").is_dir()  # what the kill left
+    assert (tmp_path / "killed" / "shard-00000" / "bm25.tmp").is_dir()  # what the kill left
 
     resumed = IndexWriter(tmp_path / "killed", enc, shard_docs=20, inputs={"n": 60}).build(docs)
-    assert resumed["status"] == "complete"
-    assert not (tmp_path / "killed" / "bm25.tmp").exists()
-    assert resumed["lexical"]["files"] == whole["lexical"]["files"]
+    assert resumed["status"] == "complete" and resumed["lexical"]["segments"] == 3
+    assert not (tmp_path / "killed" / "shard-00000" / "bm25.tmp").exists()
+    assert [s["bm25_files"] for s in resumed["shards"]] == [s["bm25_files"] for s in whole["shards"]]
     with Searcher.load(tmp_path / "whole", encoder=enc) as a, Searcher.load(tmp_path / "killed", encoder=enc) as b:
         for q in ("coronavirus vaccine efficacy", "DNA methylation in cancer cells"):
             assert [(h.doc_id, h.score) for h in a.search(q, k=5, bm25=True)] == [(h.doc_id, h.score) for h in b.search(q, k=5, bm25=True)]
@@ -189,7 +189,7 @@ def test_bm25_write_killed_resumes_to_the_same_index(tmp_path, tiny, tiny_dir):
 def test_no_bm25_builds_none_and_says_so(tmp_path, tiny):
     enc = load_encoder("single", backbone=tiny)
     manifest = IndexWriter(tmp_path / "i", enc, bm25=False).build(_scifact_docs(10))
-    assert "lexical" not in manifest and not (tmp_path / "i" / "bm25").exists()
+    assert "lexical" not in manifest and not (tmp_path / "i" / "shard-00000" / "bm25").exists()
     with Searcher.load(tmp_path / "i", encoder=enc) as s:
         with pytest.raises(ValueError, match="no BM25 index"):
             s.search("anything", bm25=True)
