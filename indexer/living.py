@@ -6,8 +6,12 @@ small ones) from their stored vectors, without encoding again.
 Each change writes everything aside and commits it with one manifest, the
 next generation, so it happens entirely or not at all, and a reader opened
 before keeps the files it opened; the files the new generation no longer
-lists are removed only after it is committed. BM25 is rebuilt over the live
-documents at every commit, because its statistics are global.
+lists are removed only after it is committed. Each shard carries its own
+BM25 segment (indexer.lexical), so a commit indexes only what it adds.
+
+After an add commits, small shards are merged by size tiers (`merge_tiers`,
+each merge its own commit): a stream of one-document adds keeps a shard
+count logarithmic in the adds instead of one shard an add.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ from tqdm.auto import tqdm
 
 from propdex.encoders import Encoded
 
-from . import ann, binary, encoding, lexical, phases
+from . import ann, binary, encoding, phases
 from .commit import Transaction, remove
 from .manifest import Shard, Status, sha256_file
 from .readers import Record
@@ -68,7 +72,8 @@ def add(tx: Transaction, encoder: "Encoder", records: Iterable[Record], replace:
     tx.manifest.shards += new
     commit_generation(tx, encoder.title, garbage)
     log.info("added %d documents to %s (%d replaced) in %d shard(s)", len(docs), tx.out, len(found), len(new))
-    return {"added": len(docs), "replaced": len(found), "skipped": dict(skipped)}
+    merged = merge_tiers(tx, encoder.title)
+    return {"added": len(docs), "replaced": len(found), "skipped": dict(skipped), **({"merged": merged} if merged else {})}
 
 
 def _write_new_shards(tx: Transaction, encoder: "Encoder", docs: list, n_inputs: int, skipped: Counter,
@@ -109,17 +114,70 @@ def compact(tx: Transaction, titles: bool) -> dict[str, Any]:
     rewrite = [s for s in shards if s.deleted_docs or (len(small) > 1 and s.name in small)]
     if not rewrite:
         return {"rewritten": 0, "removed": 0, "shards": len(shards)}
+    removed = rewrite_shards(tx, titles, rewrite)
+    log.info("compacted %s: %d shards rewritten, %d deleted documents removed", tx.out, len(rewrite), removed)
+    return {"rewritten": len(rewrite), "removed": removed, "shards": len(m.shards)}
+
+
+def rewrite_shards(tx: Transaction, titles: bool, rewrite: list[Shard]) -> int:
+    """The live documents of `rewrite` written into new shards of shard_docs
+    (with their BM25 segments) in their place, in one commit; the number of
+    deleted documents that dropped out."""
+    m = tx.manifest
     live = [(s, o) for s in rewrite for o in sorted(set(range(s.docs)) - set(tx.deleted(s).tolist()))]
     new = _rewrite(tx, rewrite, live)
     dropped = phases.fill(tx, new, commit=False)
-    removed = sum(s.deleted_docs or 0 for s in rewrite)
     for entry in new[:1]:
         _carry_inputs(entry, rewrite)
     rewritten = {s.name for s in rewrite}
-    m.shards = [s for s in shards if s.name not in rewritten] + new
+    m.shards = [s for s in m.shards if s.name not in rewritten] + new
     commit_generation(tx, titles, [tx.out / s.name for s in rewrite] + dropped)
-    log.info("compacted %s: %d shards rewritten as %d, %d deleted documents removed", tx.out, len(rewrite), len(new), removed)
-    return {"rewritten": len(rewrite), "removed": removed, "shards": len(m.shards)}
+    return sum(s.deleted_docs or 0 for s in rewrite)
+
+
+# -- merge policy -----------------------------------------------------------------------------
+MERGE_FACTOR = 4  # shards of one size tier merged into one
+
+
+def tier(docs: int, factor: int = MERGE_FACTOR) -> int:
+    """A shard's size tier: floor(log_factor(live documents)); 1-3 documents are tier 0, 4-15 tier 1..."""
+    t = 0
+    while docs >= factor:
+        docs //= factor
+        t += 1
+    return t
+
+
+def tier_to_merge(shards: list[Shard], shard_docs: int, factor: int = MERGE_FACTOR) -> list[Shard]:
+    """The `factor` oldest shards of the smallest tier that holds that many
+    shards below shard_docs (empty: none). Merging them makes one shard of
+    the next tier, so small adds leave at most factor - 1 shards a tier and
+    the shard count grows with the logarithm of the adds (Lucene's tiered
+    merge policy, by document count)."""
+    tiers: dict[int, list[Shard]] = {}
+    for s in shards:
+        if s.live_docs < shard_docs:
+            tiers.setdefault(tier(s.live_docs, factor), []).append(s)
+    for t in sorted(tiers):
+        if len(tiers[t]) >= factor:
+            return tiers[t][:factor]
+    return []
+
+
+def merge_tiers(tx: Transaction, titles: bool) -> int:
+    """After a commit: merge full tiers of small shards, each merge its own
+    commit, until no tier is full; the shards merged. A binary store keeps
+    only codes, which are not re-encoded: it is left as it is."""
+    m = tx.manifest
+    if m.index is not None and m.index.hashing:
+        return 0
+    merged = 0
+    while chosen := tier_to_merge(m.shards, m.settings.shard_docs):
+        rewrite_shards(tx, titles, chosen)
+        merged += len(chosen)
+    if merged:
+        log.info("merged %d small shards of %s; %d shards now", merged, tx.out, len(m.shards))
+    return merged
 
 
 def _rewrite(tx: Transaction, rewrite: list[Shard], live: list[tuple[Shard, int]]) -> list[Shard]:

@@ -79,6 +79,34 @@ def test_add_update_delete_compact_equal_a_fresh_build_of_the_result(tmp_path, e
     index.close()
 
 
+def test_merge_policy_keeps_the_shard_count_logarithmic_under_one_document_adds(tmp_path, tiny):
+    from propdex.indexer import living
+
+    assert [living.tier(n) for n in (1, 3, 4, 15, 16, 64)] == [0, 0, 1, 1, 2, 3]
+    docs = _docs(600)
+    encoder = load_encoder("single", backbone=tiny)
+    index = propdex.Index.create(tmp_path / "live", encoder, shard_docs=64)
+    index.add(docs[:100])  # one full shard, one of 36
+    most = 0
+    for d in docs[100:]:
+        index.add([d])
+        shards = index.manifest["shards"]
+        most = max(most, len(shards))
+        # At most MERGE_FACTOR - 1 shards a tier below shard_docs, after every add.
+        small = [living.tier(s["docs"] - (s.get("deleted_docs") or 0)) for s in shards if s["docs"] < 64]
+        assert max(small.count(t) for t in set(small)) < living.MERGE_FACTOR if small else True
+    # 500 adds, not 502 shards: the full ones, and at most 3 a tier of the 3 tiers below 64 documents.
+    assert most <= 600 // 64 + 1 + 3 * (living.MERGE_FACTOR - 1)
+    assert len(index) == 600 and index.manifest["counts"]["documents"] == 600
+    IndexWriter(tmp_path / "fresh", encoder, shard_docs=64).build(docs)
+    with Searcher.load(tmp_path / "fresh", encoder=encoder) as fresh:
+        for q in QUERIES:  # the merged segments' BM25 is the one-shot build's
+            assert {h.doc_id: h.score for h in index.search(q, k=50, bm25=True)} == {
+                h.doc_id: h.score for h in fresh.search(q, k=50, bm25=True)}
+    assert {h.doc_id for h in index.search(docs[450].title + " " + docs[450].text[:200], k=5)} >= {docs[450].id}
+    index.close()
+
+
 def test_a_reader_keeps_its_view_while_a_writer_commits(tmp_path, encoder):
     docs = _docs(12)
     writer = propdex.Index.create(tmp_path / "i", encoder, shard_docs=4)
