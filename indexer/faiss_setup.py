@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 
-_NO_FAISS = "propdex needs FAISS: pip install 'propdex[cpu]' (or 'propdex[gpu]' on a CUDA machine)"
+_NO_FAISS = "propdex needs FAISS, a core dependency that is missing here: pip install faiss-cpu (or 'propdex[gpu]' on a CUDA machine)"
 
 
 class _NoFaiss:

@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONAL = ("hnswlib", "peft", "rank_bm25")
+LEGACY = ("bm25s",)  # read only for indexes from before BM25 segments
 
 
 def test_indexing_and_searching_import_no_optional_library(tmp_path, tiny_dir):
@@ -24,7 +25,7 @@ index = propdex.Index.create({str(tmp_path / 'ix')!r}, "tokens", backbone={str(t
 index.add([{{"id": "a", "title": "Rivers", "text": "The Rhine flows north. It reaches the sea."}},
            {{"id": "b", "title": "Bands", "text": "The band toured Europe. They played in Berlin."}}])
 hits = index.search("river sea", k=2, level="sentence", hybrid=True, where={{"id": {{"!=": "zzz"}}}})
-print(json.dumps({{"hits": [h.doc_id for h in hits], "loaded": sorted(m for m in {OPTIONAL!r} if m in sys.modules)}}))
+print(json.dumps({{"hits": [h.doc_id for h in hits], "loaded": sorted(m for m in {OPTIONAL + LEGACY!r} if m in sys.modules)}}))
 """
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -36,6 +37,7 @@ def test_optional_libraries_are_extras_not_requirements():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core = " ".join(project["dependencies"]).lower().replace("-", "_")
     assert not [m for m in OPTIONAL if m in core]
+    assert "faiss_cpu" in core  # a core install opens and builds an index
     extras = project["optional-dependencies"]
     assert any("hnswlib" in d for d in extras["hnsw"]) and any("peft" in d for d in extras["lora"])
     # The tests import them, so the test extra installs them.
