@@ -26,6 +26,9 @@
 8. `--sections encode` (eval.scale, for a GPU: never by default): each
    `--scale-encoders` encoder's docs/s alone over the same documents, on
    `--device`, with no index built (it needs no FAISS).
+9. `--sections ingest` (eval.ingest, never by default): one-document adds
+   to a living index of `--ingest-docs` synthetic documents, each timed to
+   its commit, beside a BM25 rebuild over the same documents.
 """
 from __future__ import annotations
 
@@ -201,6 +204,8 @@ def add_commands(sub) -> None:
     p.add_argument("--scale-queries", type=Path, default=Path("../shared/data/hotpotqa/hotpot_dev_distractor_600.json"),
                    help="HotpotQA file whose first --queries questions time the scale curve's searches")
     p.add_argument("--project", type=int, default=6_500_000, help="documents to project the scale curve's costs to")
+    p.add_argument("--ingest-docs", type=int, default=100_000, help="ingest: synthetic documents in the bulk-built index")
+    p.add_argument("--ingest-adds", type=int, default=50, help="ingest: one-document adds timed after the bulk build")
     p.add_argument("--device", default="auto", help="where the encode section and the fast-plaid peer run (the rest measures the CPU)")
     p.add_argument("--peers", help=f"side by side on the corpus's test queries: propdex, exact MaxSim and these peers "
                                    f"({', '.join(PEERS)}; '' for none; a peer not installed is skipped with a message)")
@@ -223,7 +228,7 @@ def add_commands(sub) -> None:
 
 
 DEFAULT_SECTIONS = ("search", "size", "throughput", "runtimes")
-SECTIONS = (*DEFAULT_SECTIONS, "scale", "encode")
+SECTIONS = (*DEFAULT_SECTIONS, "scale", "encode", "ingest")
 
 
 def _run(args) -> int:
@@ -272,6 +277,10 @@ def _run(args) -> int:
         result["scale"] = curve | {"projected": scale.project(curve["points"], args.project)}
         if args.out:
             scale.plot(curve, args.out.with_suffix(".png"))
+    if "ingest" in sections:
+        from .ingest import ingest
+
+        result["ingest"] = ingest(args.work, backbone, args.ingest_docs, args.ingest_adds)
     if "encode" in sections:
         result["encode"] = scale.encode_rates(args.scale_corpus, [int(n) for n in args.scale_sizes.split(",") if n],
                                               [e for e in args.scale_encoders.split(",") if e], args.device)

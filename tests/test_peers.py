@@ -311,3 +311,14 @@ def test_bench_runs_its_default_sections_on_a_small_corpus(tmp_path):
     assert set(bench.DEFAULT_SECTIONS) <= set(result)
     assert result["size"]["documents"] == 40 and result["size"]["vectors_per_doc"] > 1
     assert result["search"]["latency_ms_p50"] > 0 and result["throughput"]["docs"] == 20
+
+
+@pytest.mark.slow
+def test_bench_ingest_times_one_document_adds_to_a_living_index(tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(["-q", "bench", "--sections", "ingest", "--ingest-docs", "60", "--ingest-adds", "9", "--work", str(tmp_path),
+                 "--out", str(out)]) == 0
+    ingest = json.loads(out.read_text())["ingest"]
+    assert ingest["documents"] == 60 and ingest["adds"] == 9 and ingest["added_found_by_bm25"] == 9
+    assert ingest["add_commit_ms"]["p50_ms"] > 0 and ingest["bm25_rebuild_ms"] > 0
+    assert ingest["shards_after"] < ingest["shards_before"] + 9  # the merge policy merged the small shards
