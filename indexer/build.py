@@ -204,13 +204,15 @@ class IndexWriter:
         finally:
             self.close()
 
-    def compact(self) -> dict[str, Any]:
+    def compact(self, retrain: bool = False) -> dict[str, Any]:
         """Rewrite the shards that hold deleted documents, and merge shards
-        smaller than shard_docs, from their stored vectors (no encoding); the
-        rewritten shards' files are removed once the new ones are committed."""
+        smaller than shard_docs, from their stored vectors (no encoding); an
+        index that outgrew its factory, or told to `retrain`, is re-trained
+        (living.compact). The rewritten shards' files are removed once the
+        new ones are committed."""
         self._lock.acquire()
         try:
-            return living.compact(self.transaction, self.encoder.title)
+            return living.compact(self.transaction, self.encoder.title, retrain)
         finally:
             self.close()
 

@@ -87,8 +87,10 @@ def add_update_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("parts", nargs="+", type=Path, metavar="PART")
     p.set_defaults(run=run_merge)
 
-    p = sub.add_parser("compact", help="rewrite an index's shards without their deleted documents, merging small ones")
+    p = sub.add_parser("compact", help="rewrite an index's shards without their deleted documents, merging small ones "
+                                       "(and re-training an index that outgrew its factory)")
     p.add_argument("index", type=Path, metavar="DIR")
+    p.add_argument("--retrain", action="store_true", help="re-train the index on its live vectors even where its factory still fits")
     p.set_defaults(run=run_compact)
 
 
@@ -116,9 +118,10 @@ def run_merge(args: argparse.Namespace) -> int:
 
 
 def run_compact(args: argparse.Namespace) -> int:
-    result = _writer_without_encoder(args.index).compact()
+    result = _writer_without_encoder(args.index).compact(retrain=args.retrain)
+    retrained = result.get("retrained")
     print(f"compacted {args.index}: {result['rewritten']} shards rewritten, {result['removed']} deleted documents removed, "
-          f"{result['shards']} shards")
+          f"{result['shards']} shards" + (f", re-trained {retrained['from']} -> {retrained['to']}" if retrained else ""))
     return 0
 
 

@@ -103,12 +103,18 @@ def delete(tx: Transaction, titles: bool, doc_ids: Iterable[str]) -> dict[str, A
     return {"deleted": len(found), "missing": missing}
 
 
-def compact(tx: Transaction, titles: bool) -> dict[str, Any]:
+def compact(tx: Transaction, titles: bool, retrain: bool = False) -> dict[str, Any]:
     """Rewrite the shards that hold deleted documents, and merge shards
     smaller than shard_docs, from their stored vectors (no encoding); the
-    rewritten shards' files are removed once the new ones are committed."""
+    rewritten shards' files are removed once the new ones are committed.
+    An index whose trained index is not what a bulk build of its size would
+    choose (`outgrown`: created empty, it chose Flat at its first add), or
+    one told to (`retrain`), is re-trained on its live vectors and every
+    shard rewritten through the new one."""
     require_complete(tx, "compact")
     m = tx.manifest
+    if retrain or outgrown(m, tx.dim):
+        return _retrain(tx, titles)
     shards, size = m.shards, m.settings.shard_docs
     small = {s.name for s in shards if s.docs < size}  # shard names are unique
     rewrite = [s for s in shards if s.deleted_docs or (len(small) > 1 and s.name in small)]
@@ -117,6 +123,39 @@ def compact(tx: Transaction, titles: bool) -> dict[str, Any]:
     removed = rewrite_shards(tx, titles, rewrite)
     log.info("compacted %s: %d shards rewritten, %d deleted documents removed", tx.out, len(rewrite), removed)
     return {"rewritten": len(rewrite), "removed": removed, "shards": len(m.shards)}
+
+
+def outgrown(m: Any, dim: int) -> bool:
+    """Whether the index's factory is the default's and no longer the one a
+    bulk build of its live vectors would choose."""
+    if m.index is None or m.settings.factory or m.settings.backend != "faiss" or m.settings.store == "binary" or not m.shards:
+        return False
+    live = sum(s.vectors * s.live_docs // max(s.docs, 1) for s in m.shards)
+    return m.index.factory != ann.default_factory(live, dim, m.settings.store, m.settings.code_bytes)
+
+
+def _retrain(tx: Transaction, titles: bool) -> dict[str, Any]:
+    """Every live document rewritten into new shards through an index trained
+    anew on their vectors (decoded, where only codes are kept), in one
+    commit; the old trained file goes with the old shards."""
+    m = tx.manifest
+    if m.index is None or m.settings.store == "binary" or m.settings.backend != "faiss":
+        raise ValueError(f"{tx.out}: only a FAISS index of float vectors or codes is re-trained "
+                         f"(store={m.settings.store}, backend={m.settings.backend})")
+    rewrite, before, old = list(m.shards), m.index.factory, m.index.trained
+    live = [(s, o) for s in rewrite for o in sorted(set(range(s.docs)) - set(tx.deleted(s).tolist()))]
+    new = _rewrite(tx, rewrite, live)
+    generation = _next_generation(tx)
+    phases.train(tx, new, name=f"trained-{generation:06d}.faiss")
+    m.index.retrained = {"from": before, "generation": generation}
+    dropped = phases.fill(tx, new, commit=False)
+    for entry in new[:1]:
+        _carry_inputs(entry, rewrite)
+    removed = sum(s.deleted_docs or 0 for s in rewrite)
+    m.shards = new
+    commit_generation(tx, titles, [tx.out / s.name for s in rewrite] + dropped + ([tx.out / old] if old else []))
+    log.info("re-trained %s: %s -> %s, %d shards rewritten as %d", tx.out, before, m.index.factory, len(rewrite), len(new))
+    return {"rewritten": len(rewrite), "removed": removed, "shards": len(new), "retrained": m.index.retrained | {"to": m.index.factory}}
 
 
 def rewrite_shards(tx: Transaction, titles: bool, rewrite: list[Shard]) -> int:

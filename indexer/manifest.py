@@ -228,6 +228,7 @@ class AnnIndex(Record):
     trained_on: int | None = later()
     train_s: float | None = later()
     hashing: dict[str, Any] | None = later()  # store="binary": {method, bits, weights_sha256}
+    retrained: dict[str, Any] | None = later()  # re-trained at a compact: {from (the factory before), generation}
 
 
 @dataclass(eq=False)

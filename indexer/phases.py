@@ -116,9 +116,10 @@ def encode(tx: Transaction, encoder: "Encoder", records: Iterable[Record], limit
     bar.close()
 
 
-def train(tx: Transaction, shards: list[Shard] | None = None) -> None:
+def train(tx: Transaction, shards: list[Shard] | None = None, name: str = TRAINED) -> None:
     """Choose and train the ANN index on a sample of `shards`' vectors
-    (default: the committed ones); recorded in the manifest, not committed."""
+    (default: the committed ones), written as `name`; recorded in the
+    manifest, not committed."""
     started = time.time()
     m, settings = tx.manifest, tx.manifest.settings
     shards = m.shards if shards is None else shards
@@ -139,11 +140,11 @@ def train(tx: Transaction, shards: list[Shard] | None = None) -> None:
             m.index.vector_norm = ann.common_norm(sample)  # stage 2 scales decoded codes back to it (ann.decoder)
         else:
             trained = ann.make_index(factory, dim)
-        ann.write_faiss(trained, tx.out / (TRAINED + ".tmp"))
-        (tx.out / (TRAINED + ".tmp")).rename(tx.out / TRAINED)
-        m.index.trained = TRAINED
-        m.index.trained_sha256 = sha256_file(tx.out / TRAINED)
-        m.index.trained_bytes = (tx.out / TRAINED).stat().st_size
+        ann.write_faiss(trained, tx.out / (name + ".tmp"))
+        (tx.out / (name + ".tmp")).rename(tx.out / name)
+        m.index.trained = name
+        m.index.trained_sha256 = sha256_file(tx.out / name)
+        m.index.trained_bytes = (tx.out / name).stat().st_size
         m.index.trained_on = size
     m.index.train_s = round(time.time() - started, 3)
 

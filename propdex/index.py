@@ -182,10 +182,11 @@ class Index:
             self.refresh()
         return result
 
-    def compact(self) -> dict[str, Any]:
-        """Rewrite shards without their deleted documents, merging small ones."""
+    def compact(self, retrain: bool = False) -> dict[str, Any]:
+        """Rewrite shards without their deleted documents, merging small ones;
+        an index that outgrew its factory (or `retrain`) is re-trained."""
         with self._writes:
-            result = self._writer().compact()
+            result = self._writer().compact(retrain=retrain)
             self.refresh()
         return result
 

@@ -540,3 +540,30 @@ def test_a_one_vector_query_probes_more_lists_than_each_vector_of_many(tmp_path,
             probed.clear()
             s.search(QUERIES[0], k=5)
             assert set(probed) == {2}
+
+
+def test_an_index_that_outgrew_flat_is_retrained_at_compact(tmp_path, encoder, monkeypatch):
+    from propdex.indexer import factory, living
+    from propdex.indexer.manifest import Manifest, read_manifest
+
+    monkeypatch.setattr(factory, "FLAT_BELOW", 2_000)  # a test-sized threshold for the default factory
+    docs = _docs(50)
+    index = propdex.Index.create(tmp_path / "grown", encoder, store="float16")
+    index.add(docs[:4])  # the first add trains: Flat, for a handful of vectors
+    assert index.manifest["index"]["factory"] == "Flat"
+    index.add(docs[4:])
+    assert index.manifest["index"]["factory"] == "Flat" and living.outgrown(Manifest.from_json(read_manifest(tmp_path / "grown")), encoder.dim)
+    before = {q: [h.doc_id for h in index.search(q, k=5)] for q in QUERIES}
+    result = index.compact()
+    manifest = index.manifest
+    assert result["retrained"]["from"] == "Flat" and manifest["index"]["factory"].startswith("IVF")
+    assert manifest["index"]["retrained"]["from"] == "Flat" and manifest["index"]["trained"] != "trained.faiss"
+    assert not (tmp_path / "grown" / "trained.faiss").exists() and len(index) == 50
+    IndexWriter(tmp_path / "bulk", encoder, store="float16").build(docs)
+    assert read_manifest(tmp_path / "bulk")["index"]["factory"] == manifest["index"]["factory"]  # what a bulk build chooses
+    for q in QUERIES:  # stage 2 re-scores from the float16 copy: the best hits stay
+        after = [h.doc_id for h in index.search(q, k=5)]
+        assert after[0] == before[q][0] and len(set(after) & set(before[q])) >= 4
+    assert main(["verify", str(tmp_path / "grown")]) == 0
+    assert index.compact()["rewritten"] == 0  # fits now: nothing to re-train
+    index.close()
