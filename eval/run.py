@@ -29,6 +29,8 @@ def add_commands(sub) -> None:
                         "rr: encoders as for search; reconstruction: ratios, e.g. 0.05,0.1,0.25)")
     p.add_argument("--level", choices=("doc", "sentence", "unit"), help="default: doc (propsegment: unit = proposition)")
     p.add_argument("--limit", type=int, help="first N queries (rr: number of queries, default 1000)")
+    p.add_argument("--split", default="test", help="beir: the queries and judgements of this split (a split no table "
+                                                  "reports, e.g. SciFact's train, is where to choose a setting)")
     p.add_argument("--words", type=_budgets, default=(), metavar="L1,L2,...",
                    help="hotpotqa: also score the contexts Index.context packs into these word budgets "
                         "(answer and supporting-fact recall), e.g. 50,100,200,500")
@@ -51,7 +53,7 @@ def _run(args) -> int:
         return _run_nugget_task(args, command)
     result = evaluate(
         args.task, args.path, split_systems(args.systems), level=args.level, limit=args.limit,
-        work=args.work, device=args.device, command=command, words=args.words,
+        work=args.work, device=args.device, command=command, words=args.words, split=args.split,
     )
     table = markdown(result)
     print(f"{result['task']}, level {result['level']}, {result['data'].get('n_queries', '?')} queries")

@@ -182,11 +182,11 @@ def _exact_outcome(task: Task, pipeline: Pipeline, level: str, depth: int, out: 
 
 def evaluate(
     task_name: str, path: str, systems: Sequence[str], *, level: str | None = None, limit: int | None = None,
-    work: Path = Path("runs/index"), device: str = "auto", command: str = "", words: Sequence[int] = (),
+    work: Path = Path("runs/index"), device: str = "auto", command: str = "", words: Sequence[int] = (), split: str = "test",
 ) -> dict[str, Any]:
     """Every system on the task, in one run; `words`: also score the contexts
     `Index.context` packs at these budgets (HotpotQA, eval.answers)."""
-    task = load_task(task_name, path, limit)
+    task = load_task(task_name, path, limit, split)
     level = level or DEFAULT_LEVEL[task_name]
     depth = PROPSEGMENT_DEPTH if task.prop_text else 100
     backbones: dict[str, "Backbone"] = {}  # by runtime
