@@ -32,6 +32,7 @@ RUNS = {
     "hotpotqa_unit": ("hotpotqa_unit.json",),
     "propsegment": ("propsegment.json",),
     "hotpotqa_binary": ("hotpotqa_binary.json",),
+    "scifact_binary": ("scifact_binary.json",),
 }
 # The datasets, in the order the scoreboard shows them: (runs, heading, metric columns).
 TABLES = (
@@ -42,9 +43,12 @@ TABLES = (
      ("Recall@2", "Recall@10", "Recall@20", "AllGold@2", "AllGold@10", "AllGold@20")),
     ("propsegment", "PropSegment (dev, atomic facts: propositions entailing the query)", ("P@1", "R@5", "R@10", "R@20")),
     ("hotpotqa_binary", "HotpotQA-600, binary codes (`nugget`, `store=binary`)", ("Recall@2", "Recall@10", "AllGold@10")),
+    ("scifact_binary", "SciFact, binary codes (`tokens`, `store=binary`)", ("nDCG@10", "Recall@100")),
 )
 # Binary codes: (table, metric, the codes of the default store they are measured against).
-BINARY = (("hotpotqa_binary", "Recall@10", "nugget"),)
+BINARY = (("hotpotqa_binary", "Recall@10", "nugget"), ("scifact_binary", "nDCG@10", "tokens"))
+# Beside the default codes, where a binary table's run has them: (spec suffix, what it is).
+REFERENCES = ((":store=float16:exact=1", "exact float32 MaxSim"), (":code_bytes=50", "the default codes at 50 B"))
 HASHINGS = ("learned", "untrained", "lsh", "itq", "pca")
 CONTEXTS = (("hotpotqa", "doc"), ("hotpotqa_sentence", "sentence"), ("hotpotqa_unit", "unit"))
 BUDGETS = (50, 100, 200, 500)
@@ -237,12 +241,47 @@ def binary_findings(key: str, metric: str, default: str, folder: Path = RESULTS)
         if learned is None:
             continue
         parts = [f"{bits} bits ({bits // 8} B of code a vector): learned {learned:.2f} {metric}"]
+        for suffix, what in REFERENCES:
+            if (v := value(base + suffix)) is not None:
+                parts.append(f"{learned - v:+.2f} against {what} ({v:.2f})")
         if (v := value(default)) is not None:
             parts.append(f"{learned - v:+.2f} against the default codes (`{default}`, {v:.2f})")
         for hashing in HASHINGS[1:]:
             if (v := value(spec(base, bits, hashing))) is not None:
                 parts.append(f"{learned - v:+.2f} against {hashing}")
         lines.append("- " + "; ".join(parts) + ".")
+    return lines
+
+
+def bench_tables(folder: Path = RESULTS) -> list[str]:
+    """`propdex bench` runs kept beside the eval runs: stores side by side at
+    one thread (bench_*.json with systems), and one-document adds (ingest)."""
+    lines = []
+    for path in sorted(folder.glob("bench_*.json")):
+        result = json.loads(path.read_text())
+        head = [f"`eval/results/scoreboard/{path.name}`, commit {result['versions'].get('git')}, "
+                f"{result.get('cpu_threads')} CPU threads:", "", "```bash", result["command"], "```", ""]
+        if result.get("systems"):
+            lines += ["### Stores at one thread (SciFact `tokens`)", "", *head,
+                      _row(["system", "factory", "nDCG@10", "B/vec all in", "p50 ms", "p95 ms"]), "|" + "---|" * 6]
+            for name, m in result["systems"].items():
+                if m.get("window") == 0:
+                    continue  # the whole-document variants: the scoreboard shows the default search
+                lines.append(_row([name, m.get("factory", ""), _f(m["nDCG@10"], scale=100), _f(m["bytes_per_vector"], 1),
+                                   _f(m["p50_ms"], 1), _f(m["p95_ms"], 1)]))
+            if exact := result.get("exact"):
+                lines.append(_row(["exact float32 MaxSim (one blocked scan)", "", _f(exact["nDCG@10"], scale=100),
+                                   _f(exact["bytes_per_vector"], 0), f"{exact['scan_ms_per_query']} a query (scan)", ""]))
+            lines.append("")
+        if ingest := result.get("ingest"):
+            add = ingest["add_commit_ms"]
+            lines += ["### Serving under ingestion", "", *head,
+                      f"- One-document adds to a living index of {ingest['documents']:,} documents ({ingest['text']}): commit "
+                      f"p50 {add['p50_ms']} ms, p95 {add['p95_ms']} ms, max {add['max_ms']} ms over {ingest['adds']} adds; "
+                      f"a BM25 rebuild over the same documents (what each add cost before BM25 segments) takes "
+                      f"{ingest['bm25_rebuild_ms']:,.0f} ms. Shards {ingest['shards_before']} before the adds, "
+                      f"{ingest['shards_after']} after (the merge policy); BM25 finds {ingest['added_found_by_bm25']} of the "
+                      f"{ingest['adds']} added documents by their own text.", ""]
     return lines
 
 
@@ -304,6 +343,8 @@ def render(folder: Path = RESULTS) -> str:
         for found in BINARY:
             if found[0] == key and (lines := binary_findings(*found, folder=folder)):
                 out += [*lines, ""]
+    if bench := bench_tables(folder):
+        out += ["## Benchmarks (`propdex bench`, measured alone)", "", *bench]
     if context := contexts(folder):
         out += ["## Context for a prompt (HotpotQA-600)", "", *context, ""]
     if agree := agreement(folder):
