@@ -128,6 +128,10 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
     for other in also:
         m = read_manifest(other)
         name = f"propdex:store={store_of(m)}:factory={m['index']['factory']}"
+        if hashing := m["index"].get("hashing"):
+            name += f":bits={hashing['bits']}:hashing={hashing['method']}"
+        if name in systems:
+            raise ValueError(f"bench --also: {other} is {name} as another index given is")
         systems |= {name: (other, None), f"{name}:window=0": (other, 0)}
     # The machine's speed drifts over minutes, so the systems take turns,
     # round after round, and each is credited with its median round.
