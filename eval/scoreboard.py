@@ -259,24 +259,34 @@ def bench_tables(folder: Path = RESULTS) -> list[str]:
     lines = []
     for path in sorted(folder.glob("bench_*.json")):
         result = json.loads(path.read_text())
+        threads = result.get("threads") or result.get("cpu_threads")
         head = [f"`eval/results/scoreboard/{path.name}`, commit {result['versions'].get('git')}, "
-                f"{result.get('cpu_threads')} CPU threads:", "", "```bash", result["command"], "```", ""]
+                f"{threads} thread{'s' if threads != 1 else ''}:", "", "```bash", result["command"], "```", ""]
         if result.get("systems"):
             lines += ["### Stores at one thread (SciFact `tokens`)", "", *head,
                       _row(["system", "factory", "nDCG@10", "B/vec all in", "p50 ms", "p95 ms"]), "|" + "---|" * 6]
             for name, m in result["systems"].items():
                 if m.get("window") == 0:
                     continue  # the whole-document variants: the scoreboard shows the default search
-                lines.append(_row([name, m.get("factory", ""), _f(m["nDCG@10"], scale=100), _f(m["bytes_per_vector"], 1),
+                shown = f"{name} (store={m.get('store')}, the --index)" if name == "propdex" else name
+                lines.append(_row([shown, m.get("factory", ""), _f(m["nDCG@10"], scale=100), _f(m["bytes_per_vector"], 1),
                                    _f(m["p50_ms"], 1), _f(m["p95_ms"], 1)]))
             if exact := result.get("exact"):
                 lines.append(_row(["exact float32 MaxSim (one blocked scan)", "", _f(exact["nDCG@10"], scale=100),
                                    _f(exact["bytes_per_vector"], 0), f"{exact['scan_ms_per_query']} a query (scan)", ""]))
             lines.append("")
+            shown = {n: m for n, m in result["systems"].items() if m.get("window") != 0}
+            codes = next((m for m in shown.values() if m.get("store") == "codes"), None)
+            for name, m in shown.items():
+                if codes and m.get("store") == "binary":
+                    lines.append(f"- `{name}`: p50 {m['p50_ms'] / codes['p50_ms']:.2f}x the default codes' in the same run, "
+                                 f"nDCG@10 {100 * (m['nDCG@10'] - codes['nDCG@10']):+.2f}, at "
+                                 f"{m['bytes_per_vector'] / codes['bytes_per_vector']:.2f}x the bytes.")
+            lines.append("")
         if ingest := result.get("ingest"):
             add = ingest["add_commit_ms"]
             lines += ["### Serving under ingestion", "", *head,
-                      f"- One-document adds to a living index of {ingest['documents']:,} documents ({ingest['text']}): commit "
+                      f"- One-document adds to a living index of {ingest['documents']:,} documents, {ingest['text']}: commit "
                       f"p50 {add['p50_ms']} ms, p95 {add['p95_ms']} ms, max {add['max_ms']} ms over {ingest['adds']} adds; "
                       f"a BM25 rebuild over the same documents (what each add cost before BM25 segments) takes "
                       f"{ingest['bm25_rebuild_ms']:,.0f} ms. Shards {ingest['shards_before']} before the adds, "
