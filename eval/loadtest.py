@@ -3,7 +3,8 @@
 N clients send a fixed number of searches while one writer adds documents;
 every response must be a 200 with well-formed hits, and once the writer is
 done every added document must be there (GET /v1/docs) and found by its own
-text. Prints p50/p95 latency, requests per second and the errors (a JSON
+text. The documents are made up, or with `--docs` the first `--adds` of a
+corpus (any format `propdex index` reads), added in order. Prints p50/p95 latency, requests per second and the errors (a JSON
 line; exit 1 on any error or lost document). Bounded: it sends exactly
 `--requests` searches and `--adds` documents, to the URL given (loopback
 by default).
@@ -31,6 +32,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--requests", type=int, default=400, help="searches in all")
     p.add_argument("--adds", type=int, default=20, help="documents added while searching, one request each")
+    p.add_argument("--docs", help="add the first --adds documents of this corpus (file or folder) instead of made-up ones")
     p.add_argument("--token", help="bearer token of the write routes")
     p.add_argument("--out", help="write the report here too")
     p.set_defaults(run=run)
@@ -38,8 +40,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
-    report = load_test(args.url, clients=args.clients, requests=args.requests, adds=args.adds, token=args.token)
+    docs = None
+    if args.docs:
+        from itertools import islice
+
+        from propdex.indexer.readers import read_corpus
+
+        docs = [{"id": d.id, "title": d.title, "text": d.text, "metadata": dict(d.metadata or {})}
+                for d in islice(read_corpus([args.docs]), args.adds)]
+    report = load_test(args.url, clients=args.clients, requests=args.requests, adds=args.adds, token=args.token, docs=docs)
     command = ["propdex", "loadtest", args.url, "--clients", str(args.clients), "--requests", str(args.requests), "--adds", str(args.adds)]
+    command += ["--docs", args.docs] if args.docs else []
     report["command"] = shlex.join(command + (["--token", "TOKEN"] if args.token else []))  # the token itself stays out
     print(json.dumps(report))
     if args.out:
@@ -48,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
     return 0 if not report["errors"] and not report["lost"] else 1
 
 
-def load_test(url: str, *, clients: int = 8, requests: int = 400, adds: int = 20, token: str | None = None) -> dict[str, Any]:
+def load_test(url: str, *, clients: int = 8, requests: int = 400, adds: int = 20, token: str | None = None,
+              docs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """`docs`: the documents to add (their first `adds`), else made-up ones."""
     import httpx
 
     if clients < 1 or requests < 0 or adds < 0:
@@ -58,8 +71,9 @@ def load_test(url: str, *, clients: int = 8, requests: int = 400, adds: int = 20
     latencies: list[float] = []
     lock = threading.Lock()
     tag = f"loadtest-{time.time_ns()}"
-    added = [{"id": f"{tag}-{i}", "title": f"Load test {i}", "text": f"Zorblax {tag} {i} quantum turnip festival number {i}."}
-             for i in range(adds)]
+    added = docs[:adds] if docs is not None else [
+        {"id": f"{tag}-{i}", "title": f"Load test {i}", "text": f"Zorblax {tag} {i} quantum turnip festival number {i}."}
+        for i in range(adds)]
 
     def search(i: int) -> None:
         q = QUERIES[i % len(QUERIES)]
@@ -100,9 +114,10 @@ def load_test(url: str, *, clients: int = 8, requests: int = 400, adds: int = 20
             top = http.get(f"{url}/v1/search", params={"q": doc["text"], "k": 3, "bm25": True})
             if got.status_code != 200 or got.json()["text"] != doc["text"] or doc["id"] not in [h["doc_id"] for h in top.json()["results"]]:
                 lost.append(doc["id"])
+        shards = http.get(f"{url}/v1/info").json().get("shards")
     ms = np.array(latencies) if latencies else np.zeros(1)
     return {
-        "url": url, "clients": clients, "searches": requests, "adds": adds,
+        "url": url, "clients": clients, "searches": requests, "adds": len(added), "shards": shards,
         "p50_ms": round(float(np.percentile(ms, 50)), 1), "p95_ms": round(float(np.percentile(ms, 95)), 1),
         "searches_per_s": round(requests / searched, 1) if searched else None,
         "errors": errors[:20], "n_errors": len(errors), "lost": lost,

@@ -2,6 +2,7 @@
 LangChain and LlamaIndex adapters on a real index."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 from paths import DATA
 
 import propdex
+from propdex.cli import main
 from propdex.encoders import load_encoder
 from propdex.eval.loadtest import load_test
 from propdex.indexer.readers import read_corpus
@@ -169,6 +171,25 @@ def test_no_search_lost_or_wrong_while_documents_are_added(server):
     assert report["n_errors"] == 0 and report["lost"] == [], report
     assert report["p50_ms"] > 0 and report["p95_ms"] >= report["p50_ms"]
     assert httpx.get(f"{server}/healthz").json()["documents"] == 66
+
+
+def test_loadtest_adds_a_corpus_documents_one_at_a_time(tmp_path, tiny_dir):
+    """`propdex loadtest --docs`: a real corpus's documents, each its own add, each found after; small adds merge."""
+
+    proc, server = _start(_served_index(tmp_path / "idx", tiny_dir, 20))
+    corpus = tmp_path / "corpus.jsonl"
+    scifact = (DATA / "beir" / "scifact" / "corpus.jsonl").read_text().splitlines()
+    corpus.write_text("\n".join(scifact[-12:]) + "\n")  # abstracts the served HotpotQA index does not hold
+    out = tmp_path / "report.json"
+    try:
+        assert main(["loadtest", server, "--clients", "2", "--requests", "10", "--adds", "12", "--docs", str(corpus),
+                     "--token", TOKEN, "--out", str(out)]) == 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    report = json.loads(out.read_text())
+    assert report["adds"] == 12 and report["lost"] == [] and report["n_errors"] == 0
+    assert "--docs" in report["command"] and report["shards"] < 3 + 12  # 12 one-document adds did not leave 12 shards
 
 
 def test_workers_share_one_index_and_see_each_others_commits(tmp_path, tiny_dir):
