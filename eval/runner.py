@@ -106,17 +106,16 @@ def run_encoder(task: Task, pipeline: Pipeline, level: str, depth: int, work: Pa
     system = pipeline.system
     settings = pipeline.settings(depth, search_level(task, level))
     out, encoder, manifest, shared = build_index(task, system, work, backbone)
-    searcher = Searcher.load(out, encoder=encoder)
     queries = queries_for(task, system)
+    if flag(system.options.get("exact", False)):
+        return _exact_outcome(task, pipeline, level, depth, out, encoder, manifest, queries)
+    searcher = Searcher.load(out, encoder=encoder)
     pools: dict[str, Sequence[str]] | None = None
     if "pool" in system.options:
         n = int(system.options["pool"])
         if n < 1:
             raise ValueError(f"pool must be at least 1, got {n}")
         pools = {q.id: [d for d, _ in searcher.lexical_search.ranking(q.text, n, task.exclude.get(q.id, ()))] for q in task.queries}
-    if flag(system.options.get("exact", False)):
-        searcher.close()
-        return _exact_outcome(task, pipeline, level, depth, out, encoder, manifest, queries)
     options = {f.name: getattr(settings, f.name) for f in fields(SearchSettings) if f.name not in ("k", "level")}
     rankings, scores, latencies = {}, {}, []
     for q, query in zip(task.queries, queries):

@@ -142,35 +142,33 @@ def _retrain(tx: Transaction, titles: bool) -> dict[str, Any]:
     if m.index is None or m.settings.store == "binary" or m.settings.backend != "faiss":
         raise ValueError(f"{tx.out}: only a FAISS index of float vectors or codes is re-trained "
                          f"(store={m.settings.store}, backend={m.settings.backend})")
-    rewrite, before, old = list(m.shards), m.index.factory, m.index.trained
-    live = [(s, o) for s in rewrite for o in sorted(set(range(s.docs)) - set(tx.deleted(s).tolist()))]
-    new = _rewrite(tx, rewrite, live)
-    generation = _next_generation(tx)
-    phases.train(tx, new, name=f"trained-{generation:06d}.faiss")
-    m.index.retrained = {"from": before, "generation": generation}
-    dropped = phases.fill(tx, new, commit=False)
-    for entry in new[:1]:
-        _carry_inputs(entry, rewrite)
-    removed = sum(s.deleted_docs or 0 for s in rewrite)
-    m.shards = new
-    commit_generation(tx, titles, [tx.out / s.name for s in rewrite] + dropped + ([tx.out / old] if old else []))
-    log.info("re-trained %s: %s -> %s, %d shards rewritten as %d", tx.out, before, m.index.factory, len(rewrite), len(new))
-    return {"rewritten": len(rewrite), "removed": removed, "shards": len(new), "retrained": m.index.retrained | {"to": m.index.factory}}
+    rewrite, before = list(m.shards), m.index.factory
+    removed = rewrite_shards(tx, titles, rewrite, retrain=True)
+    log.info("re-trained %s: %s -> %s, %d shards rewritten as %d", tx.out, before, m.index.factory, len(rewrite), len(m.shards))
+    return {"rewritten": len(rewrite), "removed": removed, "shards": len(m.shards), "retrained": m.index.retrained | {"to": m.index.factory}}
 
 
-def rewrite_shards(tx: Transaction, titles: bool, rewrite: list[Shard]) -> int:
+def rewrite_shards(tx: Transaction, titles: bool, rewrite: list[Shard], retrain: bool = False) -> int:
     """The live documents of `rewrite` written into new shards of shard_docs
-    (with their BM25 segments) in their place, in one commit; the number of
-    deleted documents that dropped out."""
+    (with their BM25 segments) in their place, in one commit; with
+    `retrain`, through an index trained anew on them (a new trained file;
+    the old one goes with the old shards). The number of deleted documents
+    that dropped out."""
     m = tx.manifest
     live = [(s, o) for s in rewrite for o in sorted(set(range(s.docs)) - set(tx.deleted(s).tolist()))]
     new = _rewrite(tx, rewrite, live)
-    dropped = phases.fill(tx, new, commit=False)
+    garbage = [tx.out / s.name for s in rewrite]
+    if retrain:
+        before, old, generation = m.index.factory, m.index.trained, _next_generation(tx)
+        phases.train(tx, new, name=f"trained-{generation:06d}.faiss")
+        m.index.retrained = {"from": before, "generation": generation}
+        garbage += [tx.out / old] if old else []
+    garbage += phases.fill(tx, new, commit=False)
     for entry in new[:1]:
         _carry_inputs(entry, rewrite)
     rewritten = {s.name for s in rewrite}
     m.shards = [s for s in m.shards if s.name not in rewritten] + new
-    commit_generation(tx, titles, [tx.out / s.name for s in rewrite] + dropped)
+    commit_generation(tx, titles, garbage)
     return sum(s.deleted_docs or 0 for s in rewrite)
 
 

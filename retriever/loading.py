@@ -117,27 +117,24 @@ def close_shards(shards: Sequence[Shard]) -> None:
         shard.store.close()
 
 
-def open_bm25(path: Path, manifest: dict[str, Any]) -> lexical.BM25 | None:
-    """The index's BM25 (None: built without one): every shard's segment,
-    memory-mapped on opening, with the shard's deletions left out. A
-    writer's later commit adds segments and deletions; this reader keeps the
-    view it opened."""
+def open_bm25(path: Path, manifest: dict[str, Any], shards: Sequence[Shard]) -> lexical.BM25 | None:
+    """The index's BM25 (None: built without one): the segment of every
+    opened shard, memory-mapped on opening, with the shard's deletions
+    (`Shard.live`) left out. A writer's later commit adds segments and
+    deletions; this reader keeps the view it opened."""
     info = manifest.get("lexical")
     if not info:
         return None
     if info.get("dir"):  # an index from before segments
         return lexical.Bm25sIndex.load(path / info["dir"])
-    segments, live = [], []
-    for entry in manifest["shards"]:
-        if not entry.get("bm25"):
-            raise ValueError(f"{path}: shard {entry['name']} has no BM25 segment; the index is damaged")
-        segments.append(lexical.Segment.load(path / entry["name"] / entry["bm25"]))
-        mask = None
-        if entry.get("deleted"):
-            mask = np.ones(len(segments[-1]), bool)
-            mask[read_deleted(path / entry["name"] / entry["deleted"])] = False
-        live.append(mask)
-    return lexical.BM25(segments, live, {k: info[k] for k in ("method", "k1", "b", "analyzer") if k in info})
+    entries = {e["name"]: e for e in manifest["shards"]}
+    segments = []
+    for shard in shards:
+        segment = entries[shard.name].get("bm25")
+        if not segment:
+            raise ValueError(f"{path}: shard {shard.name} has no BM25 segment; the index is damaged")
+        segments.append(lexical.Segment.load(path / shard.name / segment))
+    return lexical.BM25(segments, [s.live for s in shards], {k: info[k] for k in ("method", "k1", "b", "analyzer") if k in info})
 
 
 class _Codecs:

@@ -70,7 +70,7 @@ class Searcher:
         # Documents score by their best passage-sized window unless a search says otherwise.
         self.window = encoder.passage_units
         self.vectors_per_doc = sum(int(s.store.info["vectors"]) for s in shards) / max(1, sum(len(s.store) for s in shards))
-        self._bm25 = loading.open_bm25(path, manifest)
+        self._bm25 = loading.open_bm25(path, manifest, shards)
         self._lexical_masks = LexicalMasks(shards)
 
     @property
