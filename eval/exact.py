@@ -68,7 +68,7 @@ def exact_rankings(index: Path, query_vectors: list[np.ndarray], depth: int, bud
             for q, scores in enumerate(maxsim_every_document(query_vectors, store, budget_mb)):
                 scores[~live] = -np.inf
                 if exclude and exclude[q]:
-                    scores[[o for o, d in by_ordinal.items() if d in exclude[q]]] = -np.inf
+                    scores[[o for d in exclude[q] if (o := store.ordinal(d)) is not None]] = -np.inf
                 ranked[q] += [(float(scores[o]), by_ordinal[int(o)]) for o in top_k(scores, depth) if np.isfinite(scores[o])]
         finally:
             store.close()

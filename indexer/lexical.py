@@ -50,6 +50,7 @@ STOP_WORDS = frozenset(
 WORDS = re.compile(r"[^\W_]+")
 DEFAULTS = {"method": "lucene", "k1": 1.2, "b": 0.75}
 ANALYZER = "lucene-english-porter"
+PARAMS = {**DEFAULTS, "analyzer": ANALYZER}  # what an index records of its BM25
 
 
 @lru_cache(maxsize=1)
@@ -156,7 +157,7 @@ class BM25:
                  params: dict[str, Any] | None = None) -> None:
         self.segments = list(segments)
         self.live = list(live) if live is not None else [None] * len(self.segments)
-        self.params = {**DEFAULTS, "analyzer": ANALYZER, **(params or {})}
+        self.params = {**PARAMS, **(params or {})}
         self.ids = [d for seg in self.segments for d in seg.ids]
         self.offsets = np.cumsum([0, *map(len, self.segments)])
         self.documents = sum(len(s) if m is None else int(m.sum()) for s, m in zip(self.segments, self.live))

@@ -277,7 +277,7 @@ def build_lexical(tx: Transaction, titles: bool) -> list[Path]:
         m.lexical = None
         return old
     took = round(time.time() - started, 3)
-    m.lexical = Lexical.of("", live, {**lexical.DEFAULTS, "analyzer": lexical.ANALYZER}, {}, took)
+    m.lexical = Lexical.of("", live, lexical.PARAMS, {}, took)
     m.lexical.segments = len(m.shards)
     log.info("BM25: %d new segments, %d live documents in %d segments (%.1fs)", built, live, len(m.shards), took)
     return old
