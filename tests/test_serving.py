@@ -18,7 +18,7 @@ from paths import DATA
 import propdex
 from propdex.cli import main
 from propdex.encoders import load_encoder
-from propdex.eval.loadtest import load_test
+from propdex.eval.loadtest import _bm25_differences, load_test
 from propdex.indexer.readers import read_corpus
 
 HOTPOT = DATA / "hotpotqa" / "hotpot_dev_distractor_600.json"
@@ -173,23 +173,38 @@ def test_no_search_lost_or_wrong_while_documents_are_added(server):
     assert httpx.get(f"{server}/healthz").json()["documents"] == 66
 
 
-def test_loadtest_adds_a_corpus_documents_one_at_a_time(tmp_path, tiny_dir):
-    """`propdex loadtest --docs`: a real corpus's documents, each its own add, each found after; small adds merge."""
-
-    proc, server = _start(_served_index(tmp_path / "idx", tiny_dir, 20))
+def test_loadtest_adds_a_corpus_documents_one_at_a_time_and_compares_a_bulk_build(tmp_path, tiny_dir):
+    """`propdex loadtest --docs --baseline`: a real corpus's documents, each its own add, each found after; small adds
+    merge; at rest the grown index answers BM25 as a bulk build of the same documents does, and a difference is caught."""
     corpus = tmp_path / "corpus.jsonl"
     scifact = (DATA / "beir" / "scifact" / "corpus.jsonl").read_text().splitlines()
     corpus.write_text("\n".join(scifact[-12:]) + "\n")  # abstracts the served HotpotQA index does not hold
+    added = [{"id": d.id, "title": d.title, "text": d.text} for d in read_corpus([corpus])]
+    bulk = propdex.Index.create(tmp_path / "bulk", load_encoder("tokens", backbone=str(tiny_dir), device="cpu"), shard_docs=20)
+    bulk.add(_docs(20) + added)
+    bulk.close()
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("".join(f"q{i}\t{d['text'][:80]}\n" for i, d in enumerate(added[:6])) + "q6\tamerican film director\n")
+    proc, server = _start(_served_index(tmp_path / "idx", tiny_dir, 20))
+    base_proc, baseline = _start(tmp_path / "bulk")
     out = tmp_path / "report.json"
     try:
         assert main(["loadtest", server, "--clients", "2", "--requests", "10", "--adds", "12", "--docs", str(corpus),
-                     "--token", TOKEN, "--out", str(out)]) == 0
+                     "--queries", str(topics), "--baseline", baseline, "--token", TOKEN, "--out", str(out)]) == 0
+        report = json.loads(out.read_text())
+        # One document gone from the grown index: its text's BM25 answers change, and the comparison says so.
+        assert httpx.delete(f"{server}/v1/docs/{added[0]['id']}", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        with httpx.Client(timeout=60) as http:
+            assert _bm25_differences(http, server, baseline, [added[0]["text"][:80]]) == [added[0]["text"][:80]]
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    report = json.loads(out.read_text())
+        for p in (proc, base_proc):
+            p.terminate()
+            p.wait(timeout=30)
     assert report["adds"] == 12 and report["lost"] == [] and report["n_errors"] == 0
     assert "--docs" in report["command"] and report["shards"] < 3 + 12  # 12 one-document adds did not leave 12 shards
+    assert report["bm25_queries"] == 7 and report["bm25_differences"] == []
+    rest = report["at_rest"]
+    assert rest["grown"]["p95_ms"] > 0 and rest["baseline"]["p95_ms"] > 0 and rest["p95_ratio"] > 0
 
 
 def test_workers_share_one_index_and_see_each_others_commits(tmp_path, tiny_dir):
