@@ -24,8 +24,8 @@ from tqdm.auto import tqdm
 
 from .backbone import Backbone
 from .batching import (
-    TITLE_TOKENS, _alone, _assemble, _n_specials, clip_title, hidden_states, sliced_tokens, special_template, title_ids, tokenize,
-    wrapper_batch,
+    TITLE_TOKENS, _alone, _assemble, _n_specials, clip_title, hidden_states, prompt_length, sliced_tokens, special_template, title_ids,
+    tokenize, wrapper_batch,
 )
 from .cutting import CUT_AHEAD, CUT_THREADS, _cutting_core, cut_ahead, cut_passages, document_tokens
 from .pooling import SentenceLocator, focus_mask, l2_normalize, span_pool
@@ -52,6 +52,9 @@ class TokenStates:
     selected: np.ndarray | None = None  # (n,) bool: tokens the encoder's model chose (nugget)
     slots: torch.Tensor | None = None  # (prefix, dim) states of positions the encoder put before the tokens
     title: np.ndarray | None = None  # (n,) bool: the title's tokens (a subset of `special`)
+    # Leading positions a checkpoint's prompt and the specials before it take
+    # (encoders/recipe.py; 0 without a prompt): what a pooling that leaves the prompt out skips.
+    prompt_length: int = 0
 
 
 class Encoder(ABC):
@@ -99,6 +102,8 @@ class Encoder(ABC):
             "dim": self.dim,
             "title": self.title,
             **self.options(),
+            # A checkpoint's own recipe, where it makes other vectors than propdex's pooling.
+            **({"recipe": self.backbone.recipe.describe()} if self.backbone.recipe.changes_vectors else {}),
         }
 
     def encode(
@@ -112,26 +117,27 @@ class Encoder(ABC):
         bar = tqdm(total=len(passages), desc=f"encode {self.name}", unit="psg", disable=not progress, leave=False)
         for start in range(0, len(order), self.batch_size):
             batch = [order[i] for i in range(start, min(start + self.batch_size, len(order)))]
-            states = self._batch_states(passages, batch, cache)
+            states = self._batch_states(passages, batch, cache, query)
             for i, encoded in zip(batch, self.pool_batch([passages[i] for i in batch], [states[i] for i in batch], query=query)):
                 results[i] = encoded
             bar.update(len(batch))
         bar.close()
         return results  # type: ignore[return-value]
 
-    def _batch_states(self, passages: Sequence[Passage], batch: list[int], cache: dict | None) -> dict[int, TokenStates]:
+    def _batch_states(self, passages: Sequence[Passage], batch: list[int], cache: dict | None, query: bool = False) -> dict[int, TokenStates]:
         """Token states of the passages `batch` numbers: from `cache` (the
         backbone's, shared by the encoders that read its plain last layer)
         where it holds them, the rest from one forward pass, then cached, so
         a corpus read by several such encoders goes through the model once."""
         states: dict[int, TokenStates] = {}
         if cache is not None:
-            keys = {i: (passages[i].text, self.title_of(passages[i].doc), self.max_length) for i in batch}
+            prompt = self.backbone.recipe.prompt(query)
+            keys = {i: (passages[i].text, self.title_of(passages[i].doc), self.max_length, prompt) for i in batch}
             states = {i: cache[keys[i]] for i in batch if keys[i] in cache}
             self.backbone.state_cache_hits += len(states)
         todo = [i for i in batch if i not in states]
         if todo:
-            fresh = dict(zip(todo, self.forward([passages[i] for i in todo])))
+            fresh = dict(zip(todo, self.forward([passages[i] for i in todo], query=query)))
             if cache is not None:
                 cache.update((keys[i], fresh[i]) for i in todo)
             states |= fresh
@@ -157,13 +163,15 @@ class Encoder(ABC):
 
     # -- shared machinery ------------------------------------------------------
     @torch.inference_mode()
-    def forward(self, passages: Sequence[Passage]) -> list[TokenStates]:
+    def forward(self, passages: Sequence[Passage], query: bool = False) -> list[TokenStates]:
         """Run the backbone on one batch; returns per-passage states without
         padding. Title tokens, when the passage's document has a title, are
-        in the states and marked `special`."""
+        in the states and marked `special`, as are the tokens of the
+        checkpoint's query or document prompt."""
         titles = [self.title_of(p.doc) for p in passages]
+        prompt = self.backbone.recipe.prompt(query)
         enc, offsets, special, title = tokenize(self.backbone.tokenizer, [p.text for p in passages], titles, self.max_length,
-                                                [sliced_tokens(p) for p in passages])
+                                                [sliced_tokens(p) for p in passages], prompt)
         ids = enc["input_ids"].numpy()
         mask = enc["attention_mask"]
         hidden, selected = self.run(enc | self.reading(passages, enc, offsets, special))
@@ -173,7 +181,7 @@ class Encoder(ABC):
         p = self.prefix
         return [
             TokenStates(hidden[i, p : p + n], offsets[i, :n], special[i, :n], ids[i, :n], None if chosen is None else chosen[i, :n],
-                        hidden[i, :p] if p else None, title[i, :n])
+                        hidden[i, :p] if p else None, title[i, :n], prompt_length(self.backbone.tokenizer, prompt))
             for i, n in enumerate(lengths)
         ]
 
@@ -182,9 +190,12 @@ class Encoder(ABC):
         return clip_title(self.backbone.tokenizer, doc.title)[0] if self.title else ""
 
     def title_tokens(self, doc: Document) -> int:
-        """Window tokens a document's title takes: its tokens and one more separator."""
+        """Window tokens a document's title takes (its tokens and one more
+        separator), and the checkpoint's document prompt, if it has one."""
         n = clip_title(self.backbone.tokenizer, doc.title)[1] if self.title else 0
-        return n + _n_specials(self.backbone, pair=True) - _n_specials(self.backbone) if n else 0
+        prompt = self.backbone.recipe.document_prompt
+        return (n + _n_specials(self.backbone, pair=True) - _n_specials(self.backbone) if n else 0) + \
+            (len(title_ids(self.backbone.tokenizer, prompt)) if prompt else 0)
 
     @property
     def max_length(self) -> int:

@@ -39,7 +39,8 @@ def clip_title(tokenizer: Any, title: str) -> tuple[str, int]:
 
 
 def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_length: int,
-             tokens: Sequence[tuple[np.ndarray, np.ndarray] | None] | None = None) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
+             tokens: Sequence[tuple[np.ndarray, np.ndarray] | None] | None = None,
+             prompt: str = "") -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
     """A padded batch (input_ids, attention_mask[, token_type_ids]), the (b, L, 2)
     char offsets into each text, the (b, L) mask of tokens that are not text
     and the (b, L) mask of title tokens.
@@ -50,6 +51,10 @@ def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_le
     [SEP] text` is one segment to it. Texts without a title are tokenized
     alone, exactly as before titles existed.
 
+    A `prompt` (a checkpoint's "query: ", encoders/recipe.py) goes in front
+    of every row, before the title, as its library puts it in front of the
+    text: its tokens are special and never a title's.
+
     The batch is assembled from each text's tokens, the same batch bit for
     bit as the tokenizer's own (the transformers wrapper, the fallback, is
     slow on long batches): `tokens` gives a text's ids and offsets where
@@ -58,43 +63,64 @@ def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_le
     """
     if (template := special_template(tokenizer)) is not None:
         tokens = [t if t is not None else _alone(tokenizer, text) for t, text in zip(tokens or [None] * len(texts), texts)]
-        assembled = _assemble(tokenizer, template, tokens, titles, max_length)
+        assembled = _assemble(tokenizer, template, tokens, titles, max_length, prompt)
         if assembled is not None:
             return assembled
-    return wrapper_batch(tokenizer, texts, titles, max_length)
+    return wrapper_batch(tokenizer, texts, titles, max_length, prompt)
 
 
-def wrapper_batch(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_length: int) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
+def prompt_length(tokenizer: Any, prompt: str) -> int:
+    """Leading positions of a row that a prompt and the specials before it
+    take (sentence-transformers' prompt_length: what `include_prompt=False`
+    leaves out of a pooled vector); 0 without a prompt."""
+    template = special_template(tokenizer)
+    before = len(template[0][0]) if template else 1
+    return before + len(title_ids(tokenizer, prompt)) if prompt else 0
+
+
+def wrapper_batch(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_length: int,
+                  prompt: str = "") -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
     """`tokenize`'s batch as the transformers tokenizer makes it: for a row
     to truncate, a tokenizer without a fast core, and as the reference the
     assembled batch is tested against. Texts with a title and texts without
     are tokenized apart (pairs and single texts), then merged."""
     groups = [[i for i, t in enumerate(titles) if not t], [i for i, t in enumerate(titles) if t]]
-    parts = [(rows, *_wrapper_part(tokenizer, texts, titles, rows, titled, max_length)) for titled, rows in enumerate(groups) if rows]
+    parts = [(rows, *_wrapper_part(tokenizer, texts, titles, rows, titled, max_length, prompt)) for titled, rows in enumerate(groups) if rows]
     if len(parts) == 1:
         rows, enc, offsets, special, title = parts[0]
         return dict(enc), offsets, special, title
     return _merge_parts(tokenizer, parts, len(texts))
 
 
-def _wrapper_part(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], rows: list[int], titled: int, max_length: int) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+def _wrapper_part(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], rows: list[int], titled: int, max_length: int,
+                  prompt: str = "") -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
     """The transformers tokenizer's batch of the texts `rows` numbers, all
     with a title (`titled`, as (title, text) pairs) or all without: its
     encoding, offsets, not-text mask and title mask, title tokens counted
-    as specials at offsets (0, 0) and token types all 0."""
-    args = ([titles[i] for i in rows], [texts[i] for i in rows]) if titled else ([texts[i] for i in rows],)
-    # A title adds at most TITLE_TOKENS + 1 tokens beyond the text's window.
+    as specials at offsets (0, 0) and token types all 0. A prompt is the
+    first text's beginning (the title's, else the text's), then taken out
+    of it: special, at offsets (0, 0)."""
+    if titled:
+        args = ([prompt + titles[i] for i in rows], [texts[i] for i in rows])
+    else:
+        args = ([prompt + texts[i] for i in rows],)
+    # A title adds at most TITLE_TOKENS + 1 tokens beyond the text's window (a prompt is inside it, as its library counts it).
     limit = min(max_length + (TITLE_TOKENS + 1) * titled, tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else 1 << 30)
     enc = tokenizer(*args, padding=True, truncation="only_second" if titled else True, max_length=limit,
                     return_offsets_mapping=True, return_special_tokens_mask=True, return_tensors="pt")
     offsets = enc.pop("offset_mapping").numpy()
     special = enc.pop("special_tokens_mask").numpy().astype(bool)
     title = np.zeros_like(special)
+    first = np.array([[s == 0 for s in enc.sequence_ids(r)] for r in range(len(rows))], dtype=bool).reshape(special.shape)
+    in_prompt = first & (offsets[..., 1] <= len(prompt)) if prompt else np.zeros_like(special)
+    if prompt:
+        offsets[first] = np.maximum(offsets[first] - len(prompt), 0)
     if titled:
-        for r in range(len(rows)):
-            title[r] = [s == 0 for s in enc.sequence_ids(r)]
+        title = first & ~in_prompt
         special |= title
         offsets[title] = 0
+    special |= in_prompt
+    offsets[in_prompt] = 0
     if "token_type_ids" in enc:
         enc["token_type_ids"] = torch.zeros_like(enc["token_type_ids"])
     return enc, offsets, special, title
@@ -173,21 +199,23 @@ def title_ids(tokenizer: Any, title: str) -> np.ndarray:
     return document_tokens(tokenizer, title)[0].ids
 
 
-def _assemble(tokenizer: Any, template: tuple, tokens: Sequence[tuple[np.ndarray, np.ndarray]], titles: Sequence[str], max_length: int):
+def _assemble(tokenizer: Any, template: tuple, tokens: Sequence[tuple[np.ndarray, np.ndarray]], titles: Sequence[str], max_length: int,
+              prompt: str = ""):
     """`tokenize`'s batch built from tokens already cut and the tokenizer's
     `special_template`, or None when a row would be truncated."""
     (before, after), (pair_before, between, pair_after) = template
     model_max = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else 1 << 30
-    rows = []  # (ids, kind per token: 0 special, 1 title, 2 text, text offsets)
+    p = title_ids(tokenizer, prompt) if prompt else np.zeros(0, dtype=np.int64)
+    rows = []  # (ids, kind per token: 0 special or prompt, 1 title, 2 text, text offsets)
     for (ids, offsets), title in zip(tokens, titles):
         if title:
             t = title_ids(tokenizer, title)
-            parts = (pair_before, t, between, ids, pair_after)
+            parts = (pair_before, p, t, between, ids, pair_after)
             limit = min(max_length + TITLE_TOKENS + 1, model_max)
         else:
-            parts = (before, ids, after)
+            parts = (before, p, ids, after)
             limit = min(max_length, model_max)
-        kinds = (0, 1, 0, 2, 0) if title else (0, 2, 0)
+        kinds = (0, 0, 1, 0, 2, 0) if title else (0, 0, 2, 0)
         if sum(len(p) for p in parts) > limit:
             return None
         rows.append((np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]),

@@ -1,36 +1,128 @@
-"""What a checkpoint says about how its vectors are made, checked before use.
+"""What a checkpoint says about how its vectors are made, read and followed.
 
 propdex reads a backbone's last-layer token states and pools them itself
-(a mean, unit length). A checkpoint saved by sentence-transformers, PyLate or
-colbert-ai carries a recipe of its own: a pooling mode, a projection, query
-and document prompts or markers. Followed silently as a plain encoder, such a
-checkpoint gives vectors its library would not, and poor results with no
-error. So a recipe is read and checked when the backbone loads: one that is
-propdex's own (a Transformer, mean pooling, optionally normalised, no
-prompts) loads as before; any other is a one-line error that names what it
-met. A directory without a recipe (a plain Hugging Face model) is read as
-today.
+(a mean, unit length). A checkpoint saved by sentence-transformers carries a
+recipe of its own: a pooling mode (CLS for bge, a mean for MiniLM), dense
+projections after it, and prompts in front of queries and documents (e5's
+"query: " / "passage: "). Read as a plain encoder, such a checkpoint gives
+vectors its library would not, and poor results with no error. So the
+recipe is read when the backbone loads and followed where propdex makes the
+same vectors as the library does:
+
+- prompts go in front of every query and every document passage (before the
+  title, as the library puts them before the text), are never a unit, and
+  count in the pooled vector unless the Pooling module leaves them out;
+- `single` pools by the recipe's modes (concatenated in its order), runs the
+  Dense layers and normalises;
+- token-level grains (tokens, nugget) read the transformer's states as
+  before: a sentence-transformers recipe says nothing about tokens.
+
+What propdex cannot follow (PyLate and colbert-ai checkpoints, a module of
+another kind, scoring by the dot product of unnormalised vectors) is a
+one-line error naming what it met, never a silent fallback. A directory
+without a recipe (a plain Hugging Face model) is read as before.
 """
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TRANSFORMER = "sentence_transformers.models.Transformer"
-POOLING = "sentence_transformers.models.Pooling"
-NORMALIZE = "sentence_transformers.models.Normalize"
-POOLING_MODES = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
+import numpy as np
+import torch
+
+# sentence-transformers' pooling modes, in the order it concatenates them.
+POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+# The older spelling (one flag a mode), as checkpoints before sentence-transformers 5 save it.
+LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max", "pooling_mode_mean_tokens": "mean",
+                  "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+                  "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
+# Where sentence-transformers looks for a document's prompt, in turn (encode_document).
+DOCUMENT_PROMPTS = ("document", "passage", "corpus")
+
+
+@dataclass(frozen=True)
+class DenseLayer:
+    """A sentence-transformers Dense module: activation(x W^T + b)."""
+
+    weight: torch.Tensor = field(repr=False)  # (out, in)
+    bias: torch.Tensor | None = field(repr=False)
+    activation: str  # a torch.nn module's class name: Tanh, Identity, ReLU...
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.linear(x, self.weight, self.bias)
+        return getattr(torch.nn, self.activation)()(y)
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """A checkpoint's own recipe, where it has one propdex follows."""
+    """A checkpoint's own recipe; the default is propdex's own (a mean over
+    every token, unit length, no prompts), which any plain model gets."""
 
-    library: str  # "sentence-transformers", or "" for a plain model
-    pooling: str = "mean_tokens"
+    library: str = ""  # "sentence-transformers", or "" for a plain model
+    pooling: tuple[str, ...] = ("mean",)
+    include_prompt: bool = True
+    dense: tuple[DenseLayer, ...] = ()
     normalize: bool = False
+    query_prompt: str = ""
+    document_prompt: str = ""
+
+    @property
+    def changes_vectors(self) -> bool:
+        """Does following it make other vectors than propdex's own pooling?
+        Only then does an index record it (the default path stays as built)."""
+        return (self.pooling, self.dense, self.query_prompt, self.document_prompt) != (("mean",), (), "", "")
+
+    def prompt(self, query: bool) -> str:
+        return self.query_prompt if query else self.document_prompt
+
+    def dim(self, hidden: int) -> int:
+        return int(self.dense[-1].weight.shape[0]) if self.dense else hidden * len(self.pooling)
+
+    def pool(self, states: torch.Tensor, pooled: np.ndarray) -> torch.Tensor:
+        """The recipe's sentence vector of one passage, not yet normalised:
+        `states` (n, dim) are its token states, specials included, `pooled`
+        (n,) the tokens its pooling reads (a prompt left out, a focus)."""
+        rows = torch.from_numpy(np.flatnonzero(pooled)).to(states.device)
+        x = states.index_select(0, rows).float()
+        parts = []
+        for mode in self.pooling:
+            if mode == "cls":
+                parts.append(x[0])
+            elif mode == "max":
+                parts.append(x.max(0).values)
+            elif mode == "mean":
+                parts.append(x.mean(0))
+            elif mode == "mean_sqrt_len_tokens":
+                parts.append(x.sum(0) / len(x) ** 0.5)
+            elif mode == "weightedmean":  # weights 1..n by position among the passage's tokens
+                w = rows.float() + 1
+                parts.append((x * w[:, None]).sum(0) / w.sum())
+            else:  # lasttoken
+                parts.append(x[-1])
+        v = torch.cat(parts)
+        for layer in self.dense:
+            v = layer(v)
+        return v
+
+    def describe(self) -> dict[str, Any]:
+        """What an index's manifest records of it."""
+        return {"library": self.library, "pooling": list(self.pooling), "include_prompt": self.include_prompt,
+                "dense": [[*layer.weight.shape, layer.activation] for layer in self.dense], "normalize": self.normalize,
+                "query_prompt": self.query_prompt, "document_prompt": self.document_prompt,
+                # The Dense layers' weights live beside the transformer's, which the backbone's own sha256 covers.
+                **({"dense_sha256": _sha256(self.dense)} if self.dense else {})}
+
+
+def _sha256(dense: tuple[DenseLayer, ...]) -> str:
+    h = hashlib.sha256()
+    for layer in dense:
+        for t in (layer.weight, layer.bias):
+            if t is not None:
+                h.update(t.detach().float().contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 def read_recipe(source: Path) -> Recipe:
@@ -42,38 +134,69 @@ def read_recipe(source: Path) -> Recipe:
                          "propdex cannot follow its recipe yet, and would make vectors colbert-ai does not")
     modules = _json(source / "modules.json")
     if modules is None:
-        return Recipe("")
+        return Recipe()
     st_config = _json(source / "config_sentence_transformers.json") or {}
     if any(st_config.get(k) for k in ("query_prefix", "document_prefix")) or any("pylate" in str(m.get("type", "")) for m in modules):
         raise ValueError(f"{source} is a PyLate ColBERT checkpoint (query and document prefixes, a projection): "
                          "propdex cannot follow its recipe yet, and would make vectors PyLate does not")
-    if prompts := {k: v for k, v in (st_config.get("prompts") or {}).items() if v}:
-        raise ValueError(f"{source} is a sentence-transformers model with prompts {sorted(prompts)}: "
-                         "propdex cannot follow them yet, and would encode without them")
-    pooling, normalize = "mean_tokens", False
-    for module in modules:
+    pooling: tuple[str, ...] = ("mean",)
+    include_prompt, normalize, dense = True, False, []
+    for i, module in enumerate(modules):
         kind = str(module.get("type", ""))
-        if kind == TRANSFORMER:
+        name = kind.rsplit(".", 1)[-1] if kind.startswith("sentence_transformers.") else ""
+        folder = source / module.get("path", "")
+        if name == "Transformer" and i == 0:
             continue
-        if kind == POOLING:
-            pooling = _pooling(source / module.get("path", ""))
-        elif kind == NORMALIZE:
+        if name == "Pooling" and i == 1:
+            pooling, include_prompt = _pooling(folder)
+        elif name == "Dense" and i >= 2 and not normalize:
+            dense.append(_dense(folder))
+        elif name == "Normalize" and i >= 2:
             normalize = True
         else:
             raise ValueError(f"{source} is a sentence-transformers model with a {kind.rsplit('.', 1)[-1] or 'nameless'} module "
-                             f"({module.get('path') or 'at the root'}): propdex cannot follow it yet")
-    if pooling != "mean_tokens":
-        raise ValueError(f"{source} pools by {pooling} (its sentence-transformers recipe): propdex mean-pools, "
-                         "and cannot follow this recipe yet")
-    return Recipe("sentence-transformers", pooling, normalize)
+                             f"({module.get('path') or 'at the root'}) at place {i}: propdex cannot follow it")
+    if not normalize and st_config.get("similarity_fn_name") in ("dot", "dot_product"):
+        raise ValueError(f"{source} scores by the dot product of unnormalised vectors (its sentence-transformers recipe): "
+                         "propdex's indexes hold unit vectors, and cannot follow it")
+    # As encode_query / encode_document choose: the first name present, even when its prompt is empty, else the default.
+    prompts = {k: v or "" for k, v in (st_config.get("prompts") or {}).items()}
+    default = prompts.get(st_config.get("default_prompt_name") or "", "")
+    document = next((prompts[k] for k in DOCUMENT_PROMPTS if k in prompts), default)
+    return Recipe("sentence-transformers", pooling, include_prompt, tuple(dense), normalize, prompts.get("query", default), document)
 
 
-def _pooling(folder: Path) -> str:
+def _pooling(folder: Path) -> tuple[tuple[str, ...], bool]:
     config = _json(folder / "config.json") or {}
-    modes = [m for m in POOLING_MODES if config.get(f"pooling_mode_{m}")]
-    if config.get("pooling_mode") in POOLING_MODES:
-        modes = [config["pooling_mode"]]
-    return "+".join(modes) or "mean_tokens"
+    mode = config.get("pooling_mode")
+    modes = ([mode] if isinstance(mode, str) else list(mode)) if mode else [m for k, m in LEGACY_POOLING.items() if config.get(k)]
+    unknown = [m for m in modes if m not in POOLING_MODES]
+    if unknown:
+        raise ValueError(f"{folder} pools by {unknown[0]!r}: propdex knows {', '.join(POOLING_MODES)}")
+    return tuple(modes or ["mean"]), bool(config.get("include_prompt", True))
+
+
+def _dense(folder: Path) -> DenseLayer:
+    config = _json(folder / "config.json") or {}
+    path = config.get("activation_function") or "torch.nn.modules.activation.Tanh"
+    module, _, name = path.rpartition(".")
+    if not module.startswith("torch.nn") or not isinstance(getattr(torch.nn, name, None), type):
+        raise ValueError(f"{folder}: activation {path!r} is not one of torch.nn's, and propdex runs no checkpoint's own code")
+    state = _state(folder)
+    weight = state.get("linear.weight")
+    if weight is None:
+        raise ValueError(f"{folder}: a Dense module without linear.weight: the checkpoint is damaged")
+    return DenseLayer(weight.float(), state["linear.bias"].float() if "linear.bias" in state else None, name)
+
+
+def _state(folder: Path) -> dict[str, torch.Tensor]:
+    if (folder / "model.safetensors").is_file():
+        from safetensors.torch import load_file
+
+        return load_file(str(folder / "model.safetensors"))
+    if (folder / "pytorch_model.bin").is_file():
+        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise ValueError(f"{folder}: a Dense module without weights (model.safetensors or pytorch_model.bin)")
 
 
 def _json(path: Path) -> Any:

@@ -1,5 +1,9 @@
 """`single`: one mean-pooled vector per passage (the DPR-style baseline).
 
+A checkpoint with a sentence-transformers recipe of its own (CLS pooling,
+Dense layers, prompts: encoders/recipe.py) is pooled by it instead, so a
+passage's vector is the one its library makes, at unit length.
+
 `weights` names adapters trained for it (`propdex train docsplit --encoder
 single`), merged into a private copy of the backbone; none by default."""
 from __future__ import annotations
@@ -13,6 +17,7 @@ import torch
 from . import weights_path
 from .backbone import Backbone
 from .base import Encoder, SentenceLocator, TokenStates, focus_mask, l2_normalize
+from .recipe import Recipe
 from .units import Encoded, Kind, Passage
 
 
@@ -29,11 +34,15 @@ class SingleEncoder(Encoder):
     def options(self) -> dict[str, Any]:
         return {"weights": self.weights, "weights_sha256": self.weights_sha256} if self.weights else {}
 
+    @property
+    def dim(self) -> int:
+        return self.backbone.recipe.dim(self.backbone.dim)
+
     def pool_batch(self, passages: Sequence[Passage], tokens: Sequence[TokenStates], *, query: bool) -> list[Encoded]:
         """A batch's means at once; passage by passage only where a focus
         masks what is pooled. Per passage, pooling cost a GPU build more
         than the forward pass did."""
-        if any(p.doc.focus for p in passages) or not passages:
+        if any(p.doc.focus for p in passages) or not passages or self.backbone.recipe.changes_vectors:
             return super().pool_batch(passages, tokens, query=query)
         vectors = l2_normalize(torch.stack([t.states.mean(0) for t in tokens]))
         locators: dict[int, SentenceLocator] = {}
@@ -44,15 +53,16 @@ class SingleEncoder(Encoder):
         return out
 
     def pool(self, passage: Passage, tokens: TokenStates, *, query: bool) -> Encoded:
-        vector, spans = passage_mean(passage, tokens)
+        vector, spans = passage_mean(passage, tokens, self.backbone.recipe)
         if vector is None:
             return Encoded(np.zeros((0, self.dim), np.float32), [])
         return Encoded(vector, [SentenceLocator(passage.doc).unit(spans, Kind.PASSAGE)])
 
 
-def passage_mean(passage: Passage, tokens: TokenStates) -> tuple[np.ndarray | None, list[tuple[int, int]]]:
+def passage_mean(passage: Passage, tokens: TokenStates, recipe: Recipe = Recipe()) -> tuple[np.ndarray | None, list[tuple[int, int]]]:
     """`single`'s vector of a passage, (1, dim) and unit length, and the char
-    spans it stands for; (None, []) when nothing in the passage is pooled."""
+    spans it stands for; (None, []) when nothing in the passage is pooled.
+    A checkpoint's `recipe` pools, where it changes the vectors."""
     doc = passage.doc
     char_spans = tokens.offsets + passage.start
     if doc.focus:
@@ -64,8 +74,12 @@ def passage_mean(passage: Passage, tokens: TokenStates) -> tuple[np.ndarray | No
         # sentence-transformers does, so vectors match the model card's.
         keep = np.ones(len(char_spans), dtype=bool)
         spans = [(passage.start, passage.end)]
+    if not recipe.include_prompt:
+        keep[: tokens.prompt_length] = False
     if not keep.any() or not spans:
         return None, []
+    if recipe.changes_vectors:
+        return l2_normalize(recipe.pool(tokens.states, keep)[None]), spans
     return l2_normalize(tokens.states[keep].mean(0, keepdim=True)), spans
 
 

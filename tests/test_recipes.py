@@ -2,10 +2,14 @@
 import json
 import shutil
 
+import numpy as np
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 
 from propdex.cli import main
-from propdex.encoders import Backbone
+from propdex.encoders import Backbone, Document, load_encoder
+from propdex.encoders.recipe import Recipe
 
 
 def _checkpoint(tmp_path, tiny_dir, name, modules=None, pooling=None, st_config=None, config=None, files=()):
@@ -34,18 +38,57 @@ def test_a_sentence_transformers_model_that_mean_pools_loads_with_its_recipe(tmp
     path = _checkpoint(tmp_path, tiny_dir, "mean", [("", ST + "Transformer"), ("1_Pooling", ST + "Pooling"), ("2_Normalize", ST + "Normalize")],
                        MEAN, {"prompts": {}})
     recipe = Backbone.load(str(path), device="cpu").recipe
-    assert (recipe.library, recipe.pooling, recipe.normalize) == ("sentence-transformers", "mean_tokens", True)
-    assert Backbone.load(str(tiny_dir), device="cpu").recipe.library == ""  # a plain model: propdex's own pooling
-    assert Backbone.load(device="cpu").recipe.library == "sentence-transformers"  # the packaged MiniLM is one
+    assert (recipe.library, recipe.pooling, recipe.normalize, recipe.changes_vectors) == ("sentence-transformers", ("mean",), True, False)
+    assert Backbone.load(str(tiny_dir), device="cpu").recipe == Recipe()  # a plain model: propdex's own pooling
+    packaged = Backbone.load(device="cpu").recipe  # the packaged MiniLM is one, and changes nothing
+    assert packaged.library == "sentence-transformers" and not packaged.changes_vectors
+
+
+def _dense(folder, n_in, n_out, activation="torch.nn.modules.activation.Tanh"):
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"in_features": n_in, "out_features": n_out, "bias": True,
+                                                    "activation_function": activation}))
+    torch.manual_seed(1)
+    save_file({"linear.weight": torch.randn(n_out, n_in), "linear.bias": torch.randn(n_out)}, str(folder / "model.safetensors"))
+
+
+def test_a_recipe_with_cls_pooling_a_dense_layer_and_prompts_is_followed(tmp_path, tiny_dir):
+    """CLS pooling, a Dense layer and e5-style prompts: the vector is the recipe's (recomputed here from the
+    backbone's own states), the prompt reaches queries and documents but never becomes a unit, and the manifest says so."""
+    path = _checkpoint(tmp_path, tiny_dir, "cls", [("", ST + "Transformer"), ("1_Pooling", ST + "Pooling"), ("2_Dense", ST + "Dense"),
+                                                   ("3_Normalize", ST + "Normalize")],
+                       {"pooling_mode": "cls"}, {"prompts": {"query": "query: ", "document": "passage: "}})
+    _dense(path / "2_Dense", 32, 16)
+    single = load_encoder("single", backbone=str(path), device="cpu", title=False)
+    assert single.dim == 16 and single.config()["recipe"]["pooling"] == ["cls"]
+    backbone, tokenizer = single.backbone, single.backbone.tokenizer
+    state = load_file(str(path / "2_Dense" / "model.safetensors"))
+
+    def by_hand(text):
+        enc = tokenizer(text, return_tensors="pt")
+        with torch.no_grad():
+            cls = backbone.model(**enc).last_hidden_state[0, 0]
+        return torch.nn.functional.normalize(torch.tanh(cls @ state["linear.weight"].T + state["linear.bias"]), dim=0).numpy()
+
+    query = single.encode_queries(["who wrote it"])[0].vectors[0]
+    np.testing.assert_allclose(query, by_hand("query: who wrote it"), atol=1e-5)
+    assert np.abs(query - by_hand("who wrote it")).max() > 1e-3  # the prompt made a difference
+    doc = Document("d", "Some text about zebras. And more.")
+    np.testing.assert_allclose(single.encode(single.passages(doc))[0].vectors[0], by_hand("passage: Some text about zebras. And more."),
+                               atol=1e-5)
+    tokens = load_encoder("tokens", backbone=str(path), device="cpu", title=False)
+    units = tokens.encode(tokens.passages(doc))[0].units
+    spans = [doc.text[u.spans[0][0]:u.spans[0][1]] for u in units]
+    assert spans[0] == "some" or spans[0] == "Some"
+    assert "passage" not in spans and tokens.encode_queries(["who wrote it"])[0].vectors.shape[0] == 3  # the prompt is no unit
 
 
 @pytest.mark.parametrize("name, kwargs, message", [
-    ("cls", {"modules": [("", ST + "Transformer"), ("1_Pooling", ST + "Pooling")],
-             "pooling": {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}}, "pools by cls_token"),
-    ("prompts", {"modules": [("", ST + "Transformer"), ("1_Pooling", ST + "Pooling")], "pooling": MEAN,
-                 "st_config": {"prompts": {"query": "query: ", "document": "passage: "}}}, r"prompts \['document', 'query'\]"),
-    ("dense", {"modules": [("", ST + "Transformer"), ("1_Pooling", ST + "Pooling"), ("2_Dense", ST + "Dense")], "pooling": MEAN},
-     "a Dense module \\(2_Dense\\)"),
+    ("cnn", {"modules": [("", ST + "Transformer"), ("1_CNN", ST + "CNN")]}, "a CNN module \\(1_CNN\\)"),
+    ("mode", {"modules": [("", ST + "Transformer"), ("1_Pooling", ST + "Pooling")], "pooling": {"pooling_mode": "median"}},
+     "pools by 'median'"),
+    ("dot", {"modules": [("", ST + "Transformer"), ("1_Pooling", ST + "Pooling")], "pooling": MEAN,
+             "st_config": {"similarity_fn_name": "dot"}}, "dot product of unnormalised vectors"),
     ("pylate", {"modules": [("", ST + "Transformer"), ("1_Dense", "pylate.models.Dense.Dense")],
                 "st_config": {"query_prefix": "[Q] ", "document_prefix": "[D] "}}, "PyLate ColBERT checkpoint"),
     ("colbert", {"config": {"architectures": ["HF_ColBERT"]}, "files": ["artifact.metadata"]}, "colbert-ai checkpoint"),
@@ -58,5 +101,12 @@ def test_a_recipe_propdex_cannot_follow_is_refused_by_name(tmp_path, tiny_dir, c
     corpus.write_text('{"id": "a", "text": "One sentence."}\n')
     assert main(["index", str(corpus), "--out", str(tmp_path / "idx"), "--backbone", str(path), "--device", "cpu"]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "cannot follow" in err
+    assert len(err.strip().splitlines()) == 1 and ("cannot follow" in err or "pools by" in err)
     assert not (tmp_path / "idx" / "manifest.json").exists()
+
+
+def test_a_dense_layer_whose_activation_is_not_torchs_is_refused(tmp_path, tiny_dir):
+    path = _checkpoint(tmp_path, tiny_dir, "act", [("", ST + "Transformer"), ("1_Pooling", ST + "Pooling"), ("2_Dense", ST + "Dense")], MEAN)
+    _dense(path / "2_Dense", 32, 16, activation="mypackage.Swish")
+    with pytest.raises(ValueError, match="runs no checkpoint's own code"):
+        Backbone.load(str(path), device="cpu")
