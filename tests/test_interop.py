@@ -1,0 +1,85 @@
+"""Bring your own model: checkpoints saved by the real libraries, built here
+from the packaged MiniLM (no hub is reachable), give in propdex the vectors
+and the rankings their own library gives."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from paths import DATA
+
+import propdex
+from propdex.encoders import Document, load_encoder
+from propdex.encoders.backbone import resolve_backbone
+from propdex.indexer.readers import read_corpus
+
+pytestmark = pytest.mark.slow
+SCIFACT = DATA / "beir" / "scifact"
+QUERIES = ["what causes malaria?", "Effects of vitamin D on bone density in older adults", "microRNA regulation " * 90]
+DOCS = ["Malaria is caused by Plasmodium parasites transmitted by mosquitoes.",
+        "Vitamin D supplementation improved bone mineral density. A second sentence follows here, and it is longer."]
+
+
+@pytest.fixture(scope="module")
+def st_models(tmp_path_factory):
+    """Three sentence-transformers checkpoints as the library saves them: bge-style (CLS pooling, a Dense
+    projection, normalised, e5 prompts), several modes that leave the prompt out, and last-token pooling."""
+    st = pytest.importorskip("sentence_transformers")
+    import torch
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    minilm = str(resolve_backbone("sentence-transformers/all-MiniLM-L6-v2"))
+    torch.manual_seed(0)
+    recipes = {
+        "cls-dense-prompts": ([Pooling(384, pooling_mode="cls"), Dense(384, 256, activation_function=torch.nn.Tanh()), Normalize()],
+                              {"query": "query: ", "document": "passage: "}),
+        "modes-without-prompt": ([Pooling(384, pooling_mode=("max", "mean", "weightedmean"), include_prompt=False)],
+                                 {"query": "Represent this sentence for searching relevant passages: ", "passage": "passage: "}),
+        "lasttoken": ([Pooling(384, pooling_mode="lasttoken")], {}),
+    }
+    out = {}
+    for name, (modules, prompts) in recipes.items():
+        folder = tmp_path_factory.mktemp(name)
+        st.SentenceTransformer(modules=[Transformer(minilm), *modules], prompts=prompts, device="cpu").save(str(folder))
+        out[name] = folder
+    return out
+
+
+@pytest.mark.parametrize("name", ["cls-dense-prompts", "modes-without-prompt", "lasttoken"])
+def test_single_makes_the_vectors_sentence_transformers_makes(st_models, name):
+    from sentence_transformers import SentenceTransformer
+
+    path = str(st_models[name])
+    theirs = SentenceTransformer(path, device="cpu")
+    ours = load_encoder("single", backbone=path, device="cpu", title=False)
+    queries = np.stack([e.vectors[0] for e in ours.encode_queries(QUERIES)])  # the last one is truncated, as theirs is
+    assert np.abs(queries - theirs.encode_query(QUERIES, normalize_embeddings=True)).max() < 1e-5
+    docs = [Document(str(i), t) for i, t in enumerate(DOCS)]
+    vectors = np.stack([ours.encode(ours.passages(d))[0].vectors[0] for d in docs])
+    assert np.abs(vectors - theirs.encode_document(DOCS, normalize_embeddings=True)).max() < 1e-5
+    assert json.loads(json.dumps(ours.config()))["recipe"]["library"] == "sentence-transformers"
+
+
+def test_rankings_over_scifact_equal_sentence_transformers_own(st_models, tmp_path):
+    """300 SciFact queries over 1,000 abstracts that fit one window (the library truncates a longer one,
+    propdex reads all of it): propdex's index returns the top 10 of the library's own vectors, in their order."""
+    from sentence_transformers import SentenceTransformer
+
+    path = str(st_models["cls-dense-prompts"])
+    encoder = load_encoder("single", backbone=path, device="cpu", title=False)
+    fits = (d for d in read_corpus([SCIFACT / "corpus.jsonl"]) if len(encoder.passages(Document(d.id, d.text))) == 1)
+    docs = list(itertools.islice(fits, 1000))
+    queries = [json.loads(line)["text"] for line in itertools.islice(open(SCIFACT / "queries.jsonl"), 300)]
+    theirs = SentenceTransformer(path, device="cpu")
+    # The library's own vectors, the documents' held at the index's float16 (near-ties would swap otherwise).
+    stored = theirs.encode_document([d.text for d in docs], normalize_embeddings=True).astype(np.float16).astype(np.float32)
+    scores = theirs.encode_query(queries, normalize_embeddings=True) @ stored.T
+    want = [[docs[j].id for j in np.argsort(-row, kind="stable")[:10]] for row in scores]
+    index = propdex.Index.create(tmp_path / "idx", encoder, store="float16")
+    index.add({"id": d.id, "text": d.text} for d in docs)
+    got = [[h.doc_id for h in hits] for hits in index.search_batch(queries, k=10)]
+    index.close()
+    assert sum(g == w for g, w in zip(got, want)) == 300
