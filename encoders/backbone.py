@@ -10,11 +10,12 @@ import hashlib
 import importlib.util
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import transformers
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
@@ -78,6 +79,7 @@ class Backbone:
     # What runs the frozen forward pass (encoders/runtime.py): torch, onnx or onnx-int8.
     runtime: str = "torch"
     recipe: Recipe = Recipe("")  # the checkpoint's own recipe, where propdex follows it (encoders/recipe.py)
+    _prompts: dict = field(default_factory=dict, repr=False)  # prompt_ids by side, made on first use
 
     @classmethod
     def load(cls, name: str = DEFAULT_BACKBONE, device: str = "auto", max_length: int | None = None,
@@ -138,6 +140,26 @@ class Backbone:
     @property
     def dim(self) -> int:
         return int(self.model.config.hidden_size)
+
+    def prompt_ids(self, query: bool) -> "np.ndarray | None":
+        """The token ids the recipe puts in front of a query's or a document's
+        text (encoders/recipe.py): a late-interaction checkpoint's marker, or
+        a sentence-transformers prompt; None without one."""
+        key = "query" if query else "document"
+        if key not in self._prompts:
+            late = self.recipe.late
+            if late is not None:
+                marker = late.query_marker if query else late.document_marker
+                ids = [self.tokenizer.convert_tokens_to_ids(marker)] if marker else []
+                if ids and ids[0] in (None, self.tokenizer.unk_token_id):
+                    raise ValueError(f"{self.source}: its {key} marker {marker!r} is not in its tokenizer's vocabulary")
+                self._prompts[key] = np.asarray(ids, dtype=np.int64) if ids else None
+            else:
+                from .cutting import document_tokens  # cutting reads Backbone: imported here, not at the top
+
+                text = self.recipe.prompt(query)
+                self._prompts[key] = document_tokens(self.tokenizer, text)[0].ids if text else None
+        return self._prompts[key]
 
     @cached_property
     def weights_hash(self) -> str:

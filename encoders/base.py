@@ -86,9 +86,6 @@ class Encoder(ABC):
         self.batch_size = batch_size
 
     # -- what an index records about the encoder ---------------------------
-    @property
-    def dim(self) -> int:
-        return self.backbone.dim
 
     def options(self) -> dict[str, Any]:
         """Encoder-specific settings that change the vectors (recorded in the manifest)."""
@@ -131,8 +128,7 @@ class Encoder(ABC):
         a corpus read by several such encoders goes through the model once."""
         states: dict[int, TokenStates] = {}
         if cache is not None:
-            prompt = self.backbone.recipe.prompt(query)
-            keys = {i: (passages[i].text, self.title_of(passages[i].doc), self.max_length, prompt) for i in batch}
+            keys = {i: (passages[i].text, self.title_of(passages[i].doc), self.max_length, query) for i in batch}
             states = {i: cache[keys[i]] for i in batch if keys[i] in cache}
             self.backbone.state_cache_hits += len(states)
         todo = [i for i in batch if i not in states]
@@ -167,21 +163,29 @@ class Encoder(ABC):
         """Run the backbone on one batch; returns per-passage states without
         padding. Title tokens, when the passage's document has a title, are
         in the states and marked `special`, as are the tokens of the
-        checkpoint's query or document prompt."""
+        checkpoint's query or document prompt (or ColBERT marker). A
+        late-interaction checkpoint's queries are read at their own length,
+        padded with [MASK]s that are states too (query expansion), and its
+        states are projected (encoders/recipe.py)."""
         titles = [self.title_of(p.doc) for p in passages]
-        prompt = self.backbone.recipe.prompt(query)
-        enc, offsets, special, title = tokenize(self.backbone.tokenizer, [p.text for p in passages], titles, self.max_length,
+        tokenizer, late = self.backbone.tokenizer, self.backbone.recipe.late
+        prompt = self.backbone.prompt_ids(query)
+        length = late.query_length if late and query else self.max_length
+        enc, offsets, special, title = tokenize(tokenizer, [p.text for p in passages], titles, length,
                                                 [sliced_tokens(p) for p in passages], prompt)
+        expand = late is not None and query and late.expansion
+        if expand:
+            enc, offsets, special, title = expanded((enc, offsets, special, title), length, tokenizer.mask_token_id, late.attend_to_expansion)
         ids = enc["input_ids"].numpy()
         mask = enc["attention_mask"]
         hidden, selected = self.run(enc | self.reading(passages, enc, offsets, special))
-        hidden = hidden.float().cpu()
+        hidden = self.backbone.recipe.project(hidden.float()).cpu()
         chosen = selected.cpu().numpy() if selected is not None else None
-        lengths = mask.sum(1).tolist()
+        lengths = [length] * len(passages) if expand else mask.sum(1).tolist()
         p = self.prefix
         return [
             TokenStates(hidden[i, p : p + n], offsets[i, :n], special[i, :n], ids[i, :n], None if chosen is None else chosen[i, :n],
-                        hidden[i, :p] if p else None, title[i, :n], prompt_length(self.backbone.tokenizer, prompt))
+                        hidden[i, :p] if p else None, title[i, :n], prompt_length(tokenizer, prompt))
             for i, n in enumerate(lengths)
         ]
 
@@ -193,14 +197,19 @@ class Encoder(ABC):
         """Window tokens a document's title takes (its tokens and one more
         separator), and the checkpoint's document prompt, if it has one."""
         n = clip_title(self.backbone.tokenizer, doc.title)[1] if self.title else 0
-        prompt = self.backbone.recipe.document_prompt
-        return (n + _n_specials(self.backbone, pair=True) - _n_specials(self.backbone) if n else 0) + \
-            (len(title_ids(self.backbone.tokenizer, prompt)) if prompt else 0)
+        prompt = self.backbone.prompt_ids(query=False)
+        return (n + _n_specials(self.backbone, pair=True) - _n_specials(self.backbone) if n else 0) + (0 if prompt is None else len(prompt))
 
     @property
     def max_length(self) -> int:
-        """Tokens per passage, specials included."""
-        return self.backbone.max_length
+        """Tokens per passage, specials included: a late-interaction
+        checkpoint's own document length, else the backbone's."""
+        late = self.backbone.recipe.late
+        return min(late.document_length, self.backbone.max_length) if late else self.backbone.max_length
+
+    @property
+    def dim(self) -> int:
+        return self.backbone.recipe.token_dim(self.backbone.dim)
 
     @property
     def passage_units(self) -> int | None:
@@ -233,6 +242,25 @@ class Encoder(ABC):
         which lets go of the GIL, so the next documents are cut while the
         caller encodes and a build that feeds a GPU is not held up by one CPU."""
         return cut_ahead(self.passages, docs)
+
+
+def expanded(batch: tuple, length: int, mask_id: int, attend: bool) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
+    """A query batch padded with [MASK] to `length` (ColBERT's query
+    expansion): every padding position becomes a [MASK], attended only when
+    the checkpoint says so, special, at offsets (0, 0)."""
+    enc, offsets, special, title = batch
+    rows, width = enc["input_ids"].shape
+    attention = torch.zeros((rows, length), dtype=enc["attention_mask"].dtype)
+    attention[:, :width] = enc["attention_mask"]
+    pad = attention == 0
+    out = {k: torch.zeros((rows, length), dtype=v.dtype) for k, v in enc.items()}
+    for k, v in enc.items():
+        out[k][:, :width] = v
+    out["input_ids"][pad] = mask_id
+    out["attention_mask"] = torch.where(pad, int(attend), attention)
+    grow = ((0, 0), (0, length - width))
+    return (out, np.pad(offsets, (*grow, (0, 0))), np.pad(special, grow, constant_values=True) | pad.numpy(),
+            np.pad(title, grow))
 
 
 def _query_passage(query: str | Document) -> Passage:

@@ -40,7 +40,7 @@ def clip_title(tokenizer: Any, title: str) -> tuple[str, int]:
 
 def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_length: int,
              tokens: Sequence[tuple[np.ndarray, np.ndarray] | None] | None = None,
-             prompt: str = "") -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
+             prompt: np.ndarray | None = None) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
     """A padded batch (input_ids, attention_mask[, token_type_ids]), the (b, L, 2)
     char offsets into each text, the (b, L) mask of tokens that are not text
     and the (b, L) mask of title tokens.
@@ -51,9 +51,10 @@ def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_le
     [SEP] text` is one segment to it. Texts without a title are tokenized
     alone, exactly as before titles existed.
 
-    A `prompt` (a checkpoint's "query: ", encoders/recipe.py) goes in front
-    of every row, before the title, as its library puts it in front of the
-    text: its tokens are special and never a title's.
+    A `prompt` (token ids: a checkpoint's "query: " or ColBERT's [Q] marker,
+    encoders/recipe.py) goes right after the leading specials of every row,
+    before the title, as its library puts it in front of the text, and
+    inside `max_length`: its tokens are special and never a title's.
 
     The batch is assembled from each text's tokens, the same batch bit for
     bit as the tokenizer's own (the transformers wrapper, the fallback, is
@@ -69,58 +70,69 @@ def tokenize(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_le
     return wrapper_batch(tokenizer, texts, titles, max_length, prompt)
 
 
-def prompt_length(tokenizer: Any, prompt: str) -> int:
+def prompt_length(tokenizer: Any, prompt: np.ndarray | None) -> int:
     """Leading positions of a row that a prompt and the specials before it
     take (sentence-transformers' prompt_length: what `include_prompt=False`
     leaves out of a pooled vector); 0 without a prompt."""
+    return _leading(tokenizer) + len(prompt) if prompt is not None and len(prompt) else 0
+
+
+def _leading(tokenizer: Any) -> int:
+    """The specials in front of a text ([CLS]), where a prompt goes after."""
     template = special_template(tokenizer)
-    before = len(template[0][0]) if template else 1
-    return before + len(title_ids(tokenizer, prompt)) if prompt else 0
+    return len(template[0][0]) if template else 1
 
 
 def wrapper_batch(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], max_length: int,
-                  prompt: str = "") -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
+                  prompt: np.ndarray | None = None) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
     """`tokenize`'s batch as the transformers tokenizer makes it: for a row
     to truncate, a tokenizer without a fast core, and as the reference the
     assembled batch is tested against. Texts with a title and texts without
     are tokenized apart (pairs and single texts), then merged."""
     groups = [[i for i, t in enumerate(titles) if not t], [i for i, t in enumerate(titles) if t]]
-    parts = [(rows, *_wrapper_part(tokenizer, texts, titles, rows, titled, max_length, prompt)) for titled, rows in enumerate(groups) if rows]
+    n = 0 if prompt is None else len(prompt)
+    parts = [(rows, *_wrapper_part(tokenizer, texts, titles, rows, titled, max_length - n)) for titled, rows in enumerate(groups) if rows]
     if len(parts) == 1:
         rows, enc, offsets, special, title = parts[0]
-        return dict(enc), offsets, special, title
-    return _merge_parts(tokenizer, parts, len(texts))
+        batch = dict(enc), offsets, special, title
+    else:
+        batch = _merge_parts(tokenizer, parts, len(texts))
+    return _insert(batch, prompt, _leading(tokenizer)) if n else batch
 
 
-def _wrapper_part(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], rows: list[int], titled: int, max_length: int,
-                  prompt: str = "") -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+def _insert(batch: tuple, prompt: np.ndarray, at: int) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
+    """A batch with the prompt's ids in every row at position `at`: attended,
+    special, not a title, at offsets (0, 0), token type 0."""
+    enc, offsets, special, title = batch
+    rows, n = len(offsets), len(prompt)
+
+    def put(a, value):
+        fill = np.broadcast_to(np.asarray(value, dtype=np.asarray(a).dtype), (rows, n, *np.asarray(a).shape[2:]))
+        return np.concatenate([a[:, :at], fill, a[:, at:]], axis=1)
+
+    out = {k: torch.from_numpy(put(v.numpy(), prompt if k == "input_ids" else 1 if k == "attention_mask" else 0)) for k, v in enc.items()}
+    return out, put(offsets, 0), put(special, True), put(title, False)
+
+
+def _wrapper_part(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], rows: list[int], titled: int,
+                  max_length: int) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
     """The transformers tokenizer's batch of the texts `rows` numbers, all
     with a title (`titled`, as (title, text) pairs) or all without: its
     encoding, offsets, not-text mask and title mask, title tokens counted
-    as specials at offsets (0, 0) and token types all 0. A prompt is the
-    first text's beginning (the title's, else the text's), then taken out
-    of it: special, at offsets (0, 0)."""
-    if titled:
-        args = ([prompt + titles[i] for i in rows], [texts[i] for i in rows])
-    else:
-        args = ([prompt + texts[i] for i in rows],)
-    # A title adds at most TITLE_TOKENS + 1 tokens beyond the text's window (a prompt is inside it, as its library counts it).
+    as specials at offsets (0, 0) and token types all 0."""
+    args = ([titles[i] for i in rows], [texts[i] for i in rows]) if titled else ([texts[i] for i in rows],)
+    # A title adds at most TITLE_TOKENS + 1 tokens beyond the text's window.
     limit = min(max_length + (TITLE_TOKENS + 1) * titled, tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else 1 << 30)
     enc = tokenizer(*args, padding=True, truncation="only_second" if titled else True, max_length=limit,
                     return_offsets_mapping=True, return_special_tokens_mask=True, return_tensors="pt")
     offsets = enc.pop("offset_mapping").numpy()
     special = enc.pop("special_tokens_mask").numpy().astype(bool)
     title = np.zeros_like(special)
-    first = np.array([[s == 0 for s in enc.sequence_ids(r)] for r in range(len(rows))], dtype=bool).reshape(special.shape)
-    in_prompt = first & (offsets[..., 1] <= len(prompt)) if prompt else np.zeros_like(special)
-    if prompt:
-        offsets[first] = np.maximum(offsets[first] - len(prompt), 0)
     if titled:
-        title = first & ~in_prompt
+        for r in range(len(rows)):
+            title[r] = [s == 0 for s in enc.sequence_ids(r)]
         special |= title
         offsets[title] = 0
-    special |= in_prompt
-    offsets[in_prompt] = 0
     if "token_type_ids" in enc:
         enc["token_type_ids"] = torch.zeros_like(enc["token_type_ids"])
     return enc, offsets, special, title
@@ -200,20 +212,20 @@ def title_ids(tokenizer: Any, title: str) -> np.ndarray:
 
 
 def _assemble(tokenizer: Any, template: tuple, tokens: Sequence[tuple[np.ndarray, np.ndarray]], titles: Sequence[str], max_length: int,
-              prompt: str = ""):
+              prompt: np.ndarray | None = None):
     """`tokenize`'s batch built from tokens already cut and the tokenizer's
     `special_template`, or None when a row would be truncated."""
     (before, after), (pair_before, between, pair_after) = template
     model_max = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else 1 << 30
-    p = title_ids(tokenizer, prompt) if prompt else np.zeros(0, dtype=np.int64)
+    lead = np.zeros(0, dtype=np.int64) if prompt is None else prompt
     rows = []  # (ids, kind per token: 0 special or prompt, 1 title, 2 text, text offsets)
     for (ids, offsets), title in zip(tokens, titles):
         if title:
             t = title_ids(tokenizer, title)
-            parts = (pair_before, p, t, between, ids, pair_after)
+            parts = (pair_before, lead, t, between, ids, pair_after)
             limit = min(max_length + TITLE_TOKENS + 1, model_max)
         else:
-            parts = (before, p, ids, after)
+            parts = (before, lead, ids, after)
             limit = min(max_length, model_max)
         kinds = (0, 0, 1, 0, 2, 0) if title else (0, 0, 2, 0)
         if sum(len(p) for p in parts) > limit:

@@ -17,10 +17,18 @@ same vectors as the library does:
 - token-level grains (tokens, nugget) read the transformer's states as
   before: a sentence-transformers recipe says nothing about tokens.
 
-What propdex cannot follow (PyLate and colbert-ai checkpoints, a module of
-another kind, scoring by the dot product of unnormalised vectors) is a
-one-line error naming what it met, never a silent fallback. A directory
-without a recipe (a plain Hugging Face model) is read as before.
+A PyLate ColBERT checkpoint is a late-interaction recipe (`LateInteraction`):
+a marker token after [CLS] ([Q] or [D]), queries padded with [MASK] to a
+fixed length and read whole, documents cut at their own length with
+punctuation (the skiplist) dropped, every kept position a vector (the
+specials included), projected by the Dense layers. `tokens` then makes the
+vectors PyLate makes; the specials' vectors count for the document and
+never for a sentence.
+
+What propdex cannot follow (colbert-ai checkpoints, a module of another
+kind, scoring by the dot product of unnormalised vectors) is a one-line
+error naming what it met, never a silent fallback. A directory without a
+recipe (a plain Hugging Face model) is read as before.
 """
 from __future__ import annotations
 
@@ -57,6 +65,24 @@ class DenseLayer:
 
 
 @dataclass(frozen=True)
+class LateInteraction:
+    """How a ColBERT checkpoint reads queries and documents."""
+
+    query_marker: str  # the token after [CLS] in a query ("[Q] ")
+    document_marker: str
+    query_length: int  # a query's positions, [MASK]s included
+    document_length: int  # a passage's positions, at most
+    expansion: bool  # queries padded with [MASK] to query_length, each a vector
+    attend_to_expansion: bool  # the [MASK]s attend and are attended to
+    skiplist: tuple[str, ...]  # tokens a document drops (punctuation)
+
+    def describe(self) -> dict[str, Any]:
+        return {"query_marker": self.query_marker, "document_marker": self.document_marker, "query_length": self.query_length,
+                "document_length": self.document_length, "expansion": self.expansion,
+                "attend_to_expansion": self.attend_to_expansion, "skiplist": list(self.skiplist)}
+
+
+@dataclass(frozen=True)
 class Recipe:
     """A checkpoint's own recipe; the default is propdex's own (a mean over
     every token, unit length, no prompts), which any plain model gets."""
@@ -68,18 +94,32 @@ class Recipe:
     normalize: bool = False
     query_prompt: str = ""
     document_prompt: str = ""
+    late: LateInteraction | None = None  # a ColBERT checkpoint's reading; `dense` then projects every token
 
     @property
     def changes_vectors(self) -> bool:
         """Does following it make other vectors than propdex's own pooling?
         Only then does an index record it (the default path stays as built)."""
-        return (self.pooling, self.dense, self.query_prompt, self.document_prompt) != (("mean",), (), "", "")
+        return (self.pooling, self.dense, self.query_prompt, self.document_prompt, self.late) != (("mean",), (), "", "", None)
 
     def prompt(self, query: bool) -> str:
         return self.query_prompt if query else self.document_prompt
 
     def dim(self, hidden: int) -> int:
+        """A pooled vector's dimensions (`single`)."""
         return int(self.dense[-1].weight.shape[0]) if self.dense else hidden * len(self.pooling)
+
+    def token_dim(self, hidden: int) -> int:
+        """A token vector's dimensions: projected in a late-interaction recipe."""
+        return int(self.dense[-1].weight.shape[0]) if self.late and self.dense else hidden
+
+    def project(self, states: torch.Tensor) -> torch.Tensor:
+        """Token states through a late-interaction recipe's Dense layers (unchanged otherwise)."""
+        if self.late is None:
+            return states
+        for layer in self.dense:
+            states = layer(states.float())
+        return states
 
     def pool(self, states: torch.Tensor, pooled: np.ndarray) -> torch.Tensor:
         """The recipe's sentence vector of one passage, not yet normalised:
@@ -112,6 +152,7 @@ class Recipe:
         return {"library": self.library, "pooling": list(self.pooling), "include_prompt": self.include_prompt,
                 "dense": [[*layer.weight.shape, layer.activation] for layer in self.dense], "normalize": self.normalize,
                 "query_prompt": self.query_prompt, "document_prompt": self.document_prompt,
+                **({"late": self.late.describe()} if self.late else {}),
                 # The Dense layers' weights live beside the transformer's, which the backbone's own sha256 covers.
                 **({"dense_sha256": _sha256(self.dense)} if self.dense else {})}
 
@@ -137,8 +178,7 @@ def read_recipe(source: Path) -> Recipe:
         return Recipe()
     st_config = _json(source / "config_sentence_transformers.json") or {}
     if any(st_config.get(k) for k in ("query_prefix", "document_prefix")) or any("pylate" in str(m.get("type", "")) for m in modules):
-        raise ValueError(f"{source} is a PyLate ColBERT checkpoint (query and document prefixes, a projection): "
-                         "propdex cannot follow its recipe yet, and would make vectors PyLate does not")
+        return _pylate(source, modules, st_config)
     pooling: tuple[str, ...] = ("mean",)
     include_prompt, normalize, dense = True, False, []
     for i, module in enumerate(modules):
@@ -164,6 +204,30 @@ def read_recipe(source: Path) -> Recipe:
     default = prompts.get(st_config.get("default_prompt_name") or "", "")
     document = next((prompts[k] for k in DOCUMENT_PROMPTS if k in prompts), default)
     return Recipe("sentence-transformers", pooling, include_prompt, tuple(dense), normalize, prompts.get("query", default), document)
+
+
+def _pylate(source: Path, modules: list[dict[str, Any]], st_config: dict[str, Any]) -> Recipe:
+    """A PyLate ColBERT checkpoint: a Transformer, then Dense projections of every token."""
+    dense = []
+    for i, module in enumerate(modules):
+        kind, folder = str(module.get("type", "")), source / module.get("path", "")
+        name = kind.rsplit(".", 1)[-1]
+        if i == 0 and name == "Transformer":
+            continue
+        if i > 0 and name == "Dense":
+            if (_json(folder / "config.json") or {}).get("use_residual"):
+                raise ValueError(f"{folder}: a PyLate Dense module with a residual: propdex cannot follow it")
+            dense.append(_dense(folder))
+            continue
+        raise ValueError(f"{source} is a PyLate ColBERT checkpoint with a {name or 'nameless'} module ({module.get('path') or 'at the root'}) "
+                         f"at place {i}: propdex cannot follow it")
+    if str(st_config.get("similarity_fn_name", "MaxSim")).lower() != "maxsim":
+        raise ValueError(f"{source} is a PyLate checkpoint scored by {st_config['similarity_fn_name']}: propdex scores by MaxSim")
+    late = LateInteraction(
+        st_config.get("query_prefix", "[Q] "), st_config.get("document_prefix", "[D] "), int(st_config.get("query_length", 32)),
+        int(st_config.get("document_length", 180)), bool(st_config.get("do_query_expansion", True)),
+        bool(st_config.get("attend_to_expansion_tokens", False)), tuple(st_config.get("skiplist_words") or ()))
+    return Recipe("pylate", pooling=(), dense=tuple(dense), normalize=True, late=late)
 
 
 def _pooling(folder: Path) -> tuple[tuple[str, ...], bool]:

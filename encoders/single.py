@@ -27,6 +27,9 @@ class SingleEncoder(Encoder):
 
     def __init__(self, backbone: Backbone, batch_size: int = 32, weights: str | None = None, weights_sha256: str | None = None) -> None:
         super().__init__(backbone, batch_size)
+        if backbone.recipe.late:
+            raise ValueError(f"{backbone.source} is a {backbone.recipe.library} ColBERT checkpoint: it makes token vectors, "
+                             "index it with tokens (or nugget), not single")
         self.weights, self.weights_sha256 = weights, None
         if weights:
             self.model, self.weights_sha256 = load_adapted(weights, backbone, weights_sha256)

@@ -59,6 +59,10 @@ class TokensEncoder(Encoder):
         vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         self._wordlike = np.array([is_wordlike(t) for t in vocab], dtype=bool)
         self._unk = tokenizer.unk_token_id
+        # A late-interaction checkpoint's own choice of tokens (`kept`): the ids its documents drop.
+        late = backbone.recipe.late
+        self.skiplist = None if late is None else np.array(
+            sorted({i for i in tokenizer.convert_tokens_to_ids(list(late.skiplist)) if i not in (None, self._unk)}), dtype=np.int64)
 
     def options(self) -> dict[str, Any]:
         options: dict[str, Any] = {"drop_punct": self.drop_punct}
@@ -95,7 +99,12 @@ class TokensEncoder(Encoder):
 
     def kept(self, passage: Passage, tokens: TokenStates, *, query: bool) -> np.ndarray:
         """Positions of the tokens that stand for the passage: its own text, in
-        focus, and (with `drop_punct`) not punctuation."""
+        focus, and (with `drop_punct`) not punctuation. A late-interaction
+        checkpoint keeps what its library keeps: a query's every position
+        ([MASK]s included), a document's every one off its skiplist
+        (specials included)."""
+        if self.skiplist is not None:
+            return np.arange(len(tokens.ids)) if query else np.flatnonzero(~np.isin(tokens.ids, self.skiplist))
         keep = ~tokens.special & focus_mask(passage.doc, tokens.offsets + passage.start)
         if self.drop_punct:
             wordlike = self._wordlike[tokens.ids]
@@ -122,8 +131,11 @@ class TokensEncoder(Encoder):
         char_spans = tokens.offsets + passage.start
         locate = SentenceLocator(passage.doc)
         if all(len(g) == 1 for g in groups):
-            rows = [g[0] for g in groups]
-            return Encoded(l2_normalize(tokens.states[rows]), locate.units(char_spans[rows], Kind.TOKEN))
+            rows = np.array([g[0] for g in groups], dtype=np.int64)
+            units = locate.units(char_spans[rows], Kind.TOKEN)
+            if tokens.special[rows].any():  # a late-interaction checkpoint's specials: vectors for the document, no span
+                units = [Unit(passage.doc.id, 0, (), Kind.SPECIAL) if s else u for u, s in zip(units, tokens.special[rows])]
+            return Encoded(l2_normalize(tokens.states[rows]), units)
         vectors = l2_normalize(torch.stack([tokens.states[g].mean(0) for g in groups]))
         units = [locate.unit([(int(char_spans[i, 0]), int(char_spans[i, 1])) for i in g], Kind.TOKEN) for g in groups]
         return Encoded(vectors, units)

@@ -25,6 +25,7 @@ class Kind(IntEnum):
     PROPOSITION = 2  # a set of possibly non-contiguous spans of one sentence
     SLOT = 3  # a short sequence, represented through its special-token slots (Cross-Thought)
     TITLE = 4  # a token of the document's title: counts for the document, never for a sentence
+    SPECIAL = 5  # a ColBERT checkpoint's special token ([CLS], a marker, [SEP]): counts for the document, never for a sentence
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,8 @@ class Unit:
 
     `spans` are character offsets relative to the start of sentence `sentence`
     of document `doc_id`; a passage unit's span may run past that sentence, up
-    to sentence `last_sentence`. A title unit has no spans and covers no
-    sentence (`last_sentence` = `sentence` - 1).
+    to sentence `last_sentence`. A title (or special) unit has no spans and
+    covers no sentence (`last_sentence` = `sentence` - 1).
     """
 
     doc_id: str
@@ -112,7 +113,7 @@ class Unit:
     last_sentence: int = -1
 
     def __post_init__(self) -> None:
-        if self.kind == Kind.TITLE:
+        if self.kind in (Kind.TITLE, Kind.SPECIAL):
             object.__setattr__(self, "last_sentence", self.sentence - 1)
         elif self.last_sentence < 0:
             object.__setattr__(self, "last_sentence", self.sentence)

@@ -89,8 +89,8 @@ def test_a_recipe_with_cls_pooling_a_dense_layer_and_prompts_is_followed(tmp_pat
      "pools by 'median'"),
     ("dot", {"modules": [("", ST + "Transformer"), ("1_Pooling", ST + "Pooling")], "pooling": MEAN,
              "st_config": {"similarity_fn_name": "dot"}}, "dot product of unnormalised vectors"),
-    ("pylate", {"modules": [("", ST + "Transformer"), ("1_Dense", "pylate.models.Dense.Dense")],
-                "st_config": {"query_prefix": "[Q] ", "document_prefix": "[D] "}}, "PyLate ColBERT checkpoint"),
+    ("pylate", {"modules": [("", ST + "Transformer"), ("1_Pooling", ST + "Pooling")], "pooling": MEAN,
+                "st_config": {"query_prefix": "[Q] ", "document_prefix": "[D] "}}, "PyLate ColBERT checkpoint with a Pooling module"),
     ("colbert", {"config": {"architectures": ["HF_ColBERT"]}, "files": ["artifact.metadata"]}, "colbert-ai checkpoint"),
 ])
 def test_a_recipe_propdex_cannot_follow_is_refused_by_name(tmp_path, tiny_dir, capsys, name, kwargs, message):
