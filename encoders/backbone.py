@@ -112,6 +112,10 @@ class Backbone:
                 ) from None
         if not tokenizer.is_fast:
             raise ValueError(f"backbone {name!r} has no fast tokenizer; character offsets need one")
+        if recipe.late is not None:
+            # Its library reads its own lengths, whatever the tokenizer was saved with (PyLate sets max_seq_length).
+            tokenizer.model_max_length = min(max(recipe.late.document_length, recipe.late.query_length),
+                                             int(getattr(model.config, "max_position_embeddings", 1 << 30)))
         dtype = dtype or (_half() if dev.type == "cuda" else torch.float32)
         model = model.to(dev, dtype).eval()
         return cls(name, model, tokenizer, dev, max_length or _default_max_length(source, tokenizer, model), str(source), runtime=runtime,

@@ -203,9 +203,12 @@ class Encoder(ABC):
     @property
     def max_length(self) -> int:
         """Tokens per passage, specials included: a late-interaction
-        checkpoint's own document length, else the backbone's."""
+        checkpoint's own document length (its library reads that many,
+        whatever the transformer was saved with), else the backbone's."""
         late = self.backbone.recipe.late
-        return min(late.document_length, self.backbone.max_length) if late else self.backbone.max_length
+        if late is None:
+            return self.backbone.max_length
+        return min(late.document_length, int(getattr(self.backbone.model.config, "max_position_embeddings", late.document_length)))
 
     @property
     def dim(self) -> int:

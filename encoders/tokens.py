@@ -78,7 +78,8 @@ class TokensEncoder(Encoder):
     def passage_units(self) -> int:
         # A token a vector, fewer when pooled or pruned; the title's own
         # units (title_units) are not counted, as they score no sentence.
-        n = self.max_length - _n_specials(self.backbone)
+        # A late-interaction checkpoint makes a vector of every position, its specials' too.
+        n = self.max_length - (0 if self.skiplist is not None else _n_specials(self.backbone))
         if self.keep == "idf":
             return math.ceil(n * self.ratio)
         return math.ceil(n / self.pool_factor)
@@ -133,8 +134,11 @@ class TokensEncoder(Encoder):
         if all(len(g) == 1 for g in groups):
             rows = np.array([g[0] for g in groups], dtype=np.int64)
             units = locate.units(char_spans[rows], Kind.TOKEN)
-            if tokens.special[rows].any():  # a late-interaction checkpoint's specials: vectors for the document, no span
-                units = [Unit(passage.doc.id, 0, (), Kind.SPECIAL) if s else u for u, s in zip(units, tokens.special[rows])]
+            if tokens.special[rows].any():
+                # A late-interaction checkpoint's specials: vectors for the document, no span; they go with the
+                # passage's first sentence, so a window of sentences (the searcher's) holds its passage's specials.
+                first = locate.sentence_of(passage.start)
+                units = [Unit(passage.doc.id, first, (), Kind.SPECIAL) if s else u for u, s in zip(units, tokens.special[rows])]
             return Encoded(l2_normalize(tokens.states[rows]), units)
         vectors = l2_normalize(torch.stack([tokens.states[g].mean(0) for g in groups]))
         units = [locate.unit([(int(char_spans[i, 0]), int(char_spans[i, 1])) for i in g], Kind.TOKEN) for g in groups]

@@ -28,15 +28,15 @@ def st_models(tmp_path_factory):
     projection, normalised, e5 prompts), several modes that leave the prompt out, and last-token pooling."""
     st = pytest.importorskip("sentence_transformers")
     import torch
-    from sentence_transformers.base.modules import Dense, Normalize, Transformer
-    from sentence_transformers.sentence_transformer.modules import Pooling
+    from sentence_transformers.models import Dense, Normalize, Pooling, Transformer
 
     minilm = str(resolve_backbone("sentence-transformers/all-MiniLM-L6-v2"))
     torch.manual_seed(0)
     recipes = {
         "cls-dense-prompts": ([Pooling(384, pooling_mode="cls"), Dense(384, 256, activation_function=torch.nn.Tanh()), Normalize()],
                               {"query": "query: ", "document": "passage: "}),
-        "modes-without-prompt": ([Pooling(384, pooling_mode=("max", "mean", "weightedmean"), include_prompt=False)],
+        "modes-without-prompt": ([Pooling(384, pooling_mode_max_tokens=True, pooling_mode_mean_tokens=True,
+                                          pooling_mode_weightedmean_tokens=True, include_prompt=False)],
                                  {"query": "Represent this sentence for searching relevant passages: ", "passage": "passage: "}),
         "lasttoken": ([Pooling(384, pooling_mode="lasttoken")], {}),
     }
@@ -83,3 +83,64 @@ def test_rankings_over_scifact_equal_sentence_transformers_own(st_models, tmp_pa
     got = [[h.doc_id for h in hits] for hits in index.search_batch(queries, k=10)]
     index.close()
     assert sum(g == w for g, w in zip(got, want)) == 300
+
+
+@pytest.fixture(scope="module")
+def pylate_model(tmp_path_factory):
+    """A PyLate ColBERT checkpoint as the library makes one from MiniLM: [Q]/[D] markers added to the vocabulary,
+    a 128-d projection, queries expanded to 32 positions, documents cut at 300 (past the 256 MiniLM was saved
+    with) with punctuation skipped."""
+    models = pytest.importorskip("pylate.models")
+    import torch
+
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("pylate")
+    models.ColBERT(model_name_or_path=str(resolve_backbone("sentence-transformers/all-MiniLM-L6-v2")), device="cpu",
+                   document_length=300).save(str(folder))
+    return folder
+
+
+def test_tokens_makes_the_vectors_pylate_makes(pylate_model):
+    from pylate import models
+
+    theirs = models.ColBERT(model_name_or_path=str(pylate_model), device="cpu")
+    ours = load_encoder("tokens", backbone=str(pylate_model), device="cpu", title=False)
+    assert ours.dim == 128 and ours.config()["recipe"]["late"]["query_length"] == 32
+    for want, got in zip(theirs.encode(QUERIES, is_query=True), ours.encode_queries(QUERIES)):
+        assert want.shape == got.vectors.shape == (32, 128) and np.abs(want - got.vectors).max() < 1e-5
+    for text, want in zip(DOCS, theirs.encode(DOCS, is_query=False)):
+        got = ours.encode(ours.passages(Document("d", text)))[0]
+        assert want.shape == got.vectors.shape and np.abs(want - got.vectors).max() < 1e-5
+        # [CLS], [D] and [SEP] are vectors for the document and spans of no sentence; the words are tokens of the text.
+        assert [u.kind.name for u in got.units][:2] == ["SPECIAL", "SPECIAL"] and got.units[-1].kind.name == "SPECIAL"
+        assert text[slice(*got.units[2].spans[0])] in text.split()[0]
+    with pytest.raises(ValueError, match="index it with tokens"):
+        load_encoder("single", backbone=str(pylate_model), device="cpu")
+
+
+def test_rankings_over_scifact_equal_pylate_own(pylate_model, tmp_path):
+    """300 SciFact queries over 1,000 abstracts that fit the checkpoint's 300 positions: propdex's index, every
+    document re-scored (the slice is stage 2's), returns the MaxSim top 10 of PyLate's own vectors (the
+    documents' held at the index's float16), in their order. Stage 1 is left out: its candidates come from
+    each query vector's nearest document vectors, and in this untrained projection the [MASK]s' and specials'
+    neighbours are much the same in every document, so they say little about which to re-score."""
+    from pylate import models
+
+    encoder = load_encoder("tokens", backbone=str(pylate_model), device="cpu", title=False)
+    fits = (d for d in read_corpus([SCIFACT / "corpus.jsonl"]) if len(encoder.passages(Document(d.id, d.text))) == 1)
+    docs = list(itertools.islice(fits, 1000))
+    queries = [json.loads(line)["text"] for line in itertools.islice(open(SCIFACT / "queries.jsonl"), 300)]
+    theirs = models.ColBERT(model_name_or_path=str(pylate_model), device="cpu")
+    stored = [d.astype(np.float16).astype(np.float32) for d in theirs.encode([d.text for d in docs], is_query=False, batch_size=64)]
+    lengths = np.array([len(d) for d in stored])
+    flat, owner = np.concatenate(stored), np.repeat(np.arange(len(docs)), lengths)
+    want = []
+    for q in theirs.encode(queries, is_query=True):
+        best = np.full((len(docs), len(q)), -np.inf, dtype=np.float32)
+        np.maximum.at(best, owner, flat @ q.T)
+        want.append([docs[j].id for j in np.argsort(-best.sum(1), kind="stable")[:10]])
+    index = propdex.Index.create(tmp_path / "idx", encoder, store="float16")
+    index.add({"id": d.id, "text": d.text} for d in docs)
+    got = [[h.doc_id for h in hits] for hits in index.search_batch(queries, k=10, candidates=1000, rerank=1000)]
+    index.close()
+    assert len(docs) == 1000 and sum(g == w for g, w in zip(got, want)) == 300
