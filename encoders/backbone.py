@@ -168,18 +168,39 @@ class Backbone:
     @cached_property
     def weights_hash(self) -> str:
         """sha256 over the weight files, so an index records exactly which model made it."""
-        directory = Path(self.source)
-        files = sorted(directory.glob("*.safetensors")) + sorted(directory.glob("*.bin")) if directory.is_dir() else []
-        h = hashlib.sha256()
-        if files:
-            for f in files:
-                with open(f, "rb") as fh:
-                    for block in iter(lambda: fh.read(1 << 20), b""):
-                        h.update(block)
-        else:  # a hub model held in memory only: hash the parameters
-            for p in self.model.state_dict().values():
-                h.update(p.detach().float().cpu().numpy().tobytes())
+        found = _files_sha256(Path(self.source))
+        if found:
+            return found
+        h = hashlib.sha256()  # a hub model held in memory only: hash the parameters
+        for p in self.model.state_dict().values():
+            h.update(p.detach().float().cpu().numpy().tobytes())
         return h.hexdigest()
+
+    def check_trained_for(self, config: dict[str, Any], path: Path | str, what: str, command: str) -> None:
+        """A head trained over one backbone's states means nothing over
+        another's: refused, naming both, unless this is the backbone its
+        `config` names (by name, by directory, or by the same weights)."""
+        trained = config.get("backbone")
+        if not trained or trained == self.name:
+            return
+        source = resolve_backbone(trained)
+        if isinstance(source, Path) and (str(source) == self.source or _files_sha256(source) == self.weights_hash):
+            return
+        raise ValueError(f"{path}: {what} trained for {trained}, not for this backbone ({self.name}): "
+                         f"retrain with `propdex train {command} --backbone {self.name}`")
+
+
+def _files_sha256(directory: Path) -> str | None:
+    """sha256 over a model directory's weight files (None without any)."""
+    files = sorted(directory.glob("*.safetensors")) + sorted(directory.glob("*.bin")) if directory.is_dir() else []
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
 
 
 def _default_max_length(source: Path | str, tokenizer: PreTrainedTokenizerFast, model: PreTrainedModel) -> int:

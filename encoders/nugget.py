@@ -32,7 +32,6 @@ both are re-exported here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,7 +42,7 @@ from .backbone import Backbone
 from .base import SentenceLocator, TokenStates, _n_specials, focus_mask, l2_normalize
 from .nugget_decoder import DecoderBlock, NuggetDecoder
 from .nugget_model import NuggetModel, Nuggets, load_nugget, n_nuggets, nugget_weights, select
-from .provenance import verified_sha256
+from .provenance import read_weights, verified_sha256
 from .tokens import TokensEncoder
 from .units import Encoded, Kind, Passage, Unit
 
@@ -125,9 +124,8 @@ class NuggetEncoder(TokensEncoder):
         else:
             # "default" is what indexes built before frozen nuggets recorded.
             self.path = weights_path({"lora": "nugget", "default": "nugget", "ae": "nugget-ae"}.get(weights, weights))
+            backbone.check_trained_for(read_weights(self.path, "nugget weights")[1], self.path, "nugget weights", "nugget")
             self.nugget, _, nugget_config = load_nugget(self.path, backbone.model)
-            if nugget_config["backbone"] != backbone.name and not Path(weights).is_dir():
-                raise ValueError(f"the packaged nugget weights were trained on {nugget_config['backbone']}, not {backbone.name}")
             self.weights_sha256 = verified_sha256(self.path, weights_sha256)
             self.nugget.to(backbone.device, backbone.dtype)
             trained_ratio = nugget_config["ratio"]

@@ -149,10 +149,9 @@ class PropositionEncoder(Encoder):
         self.head_path = weights_path("proposition" if head == "default" else head)
         self.segmenter_path = weights_path("segmenter" if segmenter == "default" else segmenter)
         self.head_name, self.segmenter_name = head, segmenter
+        backbone.check_trained_for(read_weights(self.head_path, "proposition head")[1], self.head_path, "proposition head", "proposition")
         self.head, model, self.head_config = load_weights(self.head_path, backbone.model)
         self.head.to(backbone.device)
-        if self.head_config["backbone"] != backbone.name and head == "default":
-            raise ValueError(f"the packaged proposition head was trained on {self.head_config['backbone']}, not {backbone.name}")
         self.head_sha256 = verified_sha256(self.head_path, head_sha256)
         return model
 

@@ -12,10 +12,21 @@ vectors and unit records), `propdex.indexer` (corpora to committed shards),
 """
 from __future__ import annotations
 
+import os
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# torch and FAISS each bring an OpenMP runtime of their own, and a search
+# hands work from one to the other several times a query (the query encoder,
+# each shard's ANN search and decoding, the re-scoring products). By default
+# an OpenMP thread spins for a while after its work is done; the other
+# runtime's threads then wait for cores the idle spinners hold, which on a
+# small machine costs several times the work itself. Threads that sleep
+# when idle cost little on a large one. Set before either runtime loads (an
+# OMP_WAIT_POLICY already set is kept).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 if TYPE_CHECKING:
     from propdex.encoders import Document, load_encoder

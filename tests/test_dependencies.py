@@ -5,6 +5,7 @@ reference BM25) are extras; indexing and searching with the defaults must not
 import them, so a core install works where they are absent.
 """
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -51,3 +52,12 @@ def test_a_missing_extra_is_a_one_line_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "hnswlib", None)  # import hnswlib now raises ImportError
     with pytest.raises(ValueError, match=r"pip install 'propdex\[hnsw\]'"):
         hnsw.HnswIndex(Path("nowhere"), 4, 1)
+
+
+@pytest.mark.parametrize("given, want", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_importing_propdex_makes_idle_openmp_threads_sleep_unless_told_otherwise(given, want):
+    """torch's and FAISS's OpenMP threads would otherwise spin for the cores the other needs."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | ({"OMP_WAIT_POLICY": given} if given else {})
+    out = subprocess.run([sys.executable, "-c", "import os, propdex; print(os.environ['OMP_WAIT_POLICY'])"], env=env,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == want

@@ -110,3 +110,20 @@ def test_a_dense_layer_whose_activation_is_not_torchs_is_refused(tmp_path, tiny_
     _dense(path / "2_Dense", 32, 16, activation="mypackage.Swish")
     with pytest.raises(ValueError, match="runs no checkpoint's own code"):
         Backbone.load(str(path), device="cpu")
+
+
+@pytest.mark.parametrize("grain, command", [("proposition", "proposition"), ("crossthought", "crossthought"),
+                                            ("nugget:weights=nugget", "nugget")])
+def test_a_trained_head_refuses_a_backbone_it_was_not_trained_for(tiny_dir, grain, command):
+    name, _, option = grain.partition(":")
+    options = dict([option.split("=")]) if option else {}
+    with pytest.raises(ValueError, match=f"trained for sentence-transformers/all-MiniLM-L6-v2, not for this backbone.*propdex train {command} --backbone"):
+        load_encoder(name, backbone=str(tiny_dir), device="cpu", **options)
+
+
+def test_a_trained_head_takes_the_packaged_minilm_by_its_directory():
+    """The same weights by another name (the packaged directory itself) are the backbone the head was trained for."""
+    from propdex.encoders.backbone import resolve_backbone
+
+    encoder = load_encoder("proposition", backbone=str(resolve_backbone("sentence-transformers/all-MiniLM-L6-v2")), device="cpu")
+    assert encoder.encode_queries(["who wrote it"])[0].vectors.shape[0] == 1
