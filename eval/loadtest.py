@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from .provenance import run_versions
+
 QUERIES = ["who founded the company", "a river in europe", "the first album of the band", "american film director",
            "where was the battle fought", "a species of flowering plant", "the capital of the province", "olympic athlete"]
 
@@ -74,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     command += ["--queries", args.queries] if args.queries else []
     command += ["--baseline", args.baseline, "--bm25-queries", str(args.bm25_queries)] if args.baseline else []
     report["command"] = shlex.join(command + (["--token", "TOKEN"] if args.token else []))  # the token itself stays out
+    report["versions"] = run_versions()
     print(json.dumps(report))
     if args.out:
         with open(args.out, "w") as f:
