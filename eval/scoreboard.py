@@ -290,8 +290,27 @@ def bench_tables(folder: Path = RESULTS) -> list[str]:
                       f"a BM25 rebuild over the same documents (what each add cost before BM25 segments) takes "
                       f"{ingest['bm25_rebuild_ms']:,.0f} ms. Shards {ingest['shards_before']} before the adds, "
                       f"{ingest['shards_after']} after (the merge policy); BM25 finds {ingest['added_found_by_bm25']} of the "
-                      f"{ingest['adds']} added documents by their own text.", ""]
+                      f"{ingest['adds']} added documents by their own text.", "", *serving(folder)]
     return lines
+
+
+def serving(folder: Path = RESULTS) -> list[str]:
+    """`propdex loadtest --baseline`'s report: a served index grown one document
+    at a time against a bulk build of the same documents."""
+    result = load("loadtest_scifact", folder)
+    if result is None:
+        return []
+    rest = result["at_rest"]
+    return [f"`eval/results/scoreboard/loadtest_scifact.json`, commit {result.get('versions', {}).get('git')}, written by "
+            "`eval/results/scoreboard/loadtest_scifact.sh` (it builds both indexes, serves them and runs):", "",
+            "```bash", result["command"], "```", "",
+            f"- {result['adds']:,} SciFact abstracts added one request at a time to a served index of the other 3,183 while "
+            f"{result['clients']} clients sent {result['searches']:,} searches (p50 {result['p50_ms']} ms, p95 {result['p95_ms']} ms "
+            f"during the adds; {result['n_errors']} errors): {len(result['lost'])} added documents lost, {result['shards']} shards "
+            f"at the end. At rest, the same searches: p95 {rest['grown']['p95_ms']} ms on the grown index against "
+            f"{rest['baseline']['p95_ms']} ms on the bulk build ({rest['p95_ratio']}x; p50 {rest['grown']['p50_ms']} against "
+            f"{rest['baseline']['p50_ms']}); BM25's top 10 differs on {len(result['bm25_differences'])} of "
+            f"{result['bm25_queries']} queries.", ""]
 
 
 def agreement(folder: Path = RESULTS) -> list[str]:
