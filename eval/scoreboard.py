@@ -297,7 +297,7 @@ def bench_tables(folder: Path = RESULTS) -> list[str]:
 def serving(folder: Path = RESULTS) -> list[str]:
     """`propdex loadtest --baseline`'s report: a served index grown one document
     at a time against a bulk build of the same documents."""
-    result = load("loadtest_scifact", folder)
+    result = load("loadtest_scifact.json", folder)
     if result is None:
         return []
     rest = result["at_rest"]
