@@ -24,8 +24,8 @@ from tqdm.auto import tqdm
 
 from .backbone import Backbone
 from .batching import (
-    TITLE_TOKENS, _alone, _assemble, _n_specials, clip_title, hidden_states, prompt_length, sliced_tokens, special_template, title_ids,
-    tokenize, wrapper_batch,
+    TITLE_TOKENS, _alone, _assemble, _n_specials, clip_title, expanded, hidden_states, prompt_length, sliced_tokens, special_template,
+    title_ids, tokenize, wrapper_batch,
 )
 from .cutting import CUT_AHEAD, CUT_THREADS, _cutting_core, cut_ahead, cut_passages, document_tokens
 from .pooling import SentenceLocator, focus_mask, l2_normalize, span_pool
@@ -182,10 +182,10 @@ class Encoder(ABC):
         hidden = self.backbone.recipe.project(hidden.float()).cpu()
         chosen = selected.cpu().numpy() if selected is not None else None
         lengths = [length] * len(passages) if expand else mask.sum(1).tolist()
-        p = self.prefix
+        p, lead = self.prefix, prompt_length(tokenizer, prompt)
         return [
             TokenStates(hidden[i, p : p + n], offsets[i, :n], special[i, :n], ids[i, :n], None if chosen is None else chosen[i, :n],
-                        hidden[i, :p] if p else None, title[i, :n], prompt_length(tokenizer, prompt))
+                        hidden[i, :p] if p else None, title[i, :n], lead)
             for i, n in enumerate(lengths)
         ]
 
@@ -206,9 +206,8 @@ class Encoder(ABC):
         checkpoint's own document length (its library reads that many,
         whatever the transformer was saved with), else the backbone's."""
         late = self.backbone.recipe.late
-        if late is None:
-            return self.backbone.max_length
-        return min(late.document_length, int(getattr(self.backbone.model.config, "max_position_embeddings", late.document_length)))
+        # Backbone.load lifted the tokenizer's limit to the checkpoint's lengths, within the model's positions.
+        return self.backbone.max_length if late is None else min(late.document_length, self.backbone.tokenizer.model_max_length)
 
     @property
     def dim(self) -> int:
@@ -245,25 +244,6 @@ class Encoder(ABC):
         which lets go of the GIL, so the next documents are cut while the
         caller encodes and a build that feeds a GPU is not held up by one CPU."""
         return cut_ahead(self.passages, docs)
-
-
-def expanded(batch: tuple, length: int, mask_id: int, attend: bool) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
-    """A query batch padded with [MASK] to `length` (ColBERT's query
-    expansion): every padding position becomes a [MASK], attended only when
-    the checkpoint says so, special, at offsets (0, 0)."""
-    enc, offsets, special, title = batch
-    rows, width = enc["input_ids"].shape
-    attention = torch.zeros((rows, length), dtype=enc["attention_mask"].dtype)
-    attention[:, :width] = enc["attention_mask"]
-    pad = attention == 0
-    out = {k: torch.zeros((rows, length), dtype=v.dtype) for k, v in enc.items()}
-    for k, v in enc.items():
-        out[k][:, :width] = v
-    out["input_ids"][pad] = mask_id
-    out["attention_mask"] = torch.where(pad, int(attend), attention)
-    grow = ((0, 0), (0, length - width))
-    return (out, np.pad(offsets, (*grow, (0, 0))), np.pad(special, grow, constant_values=True) | pad.numpy(),
-            np.pad(title, grow))
 
 
 def _query_passage(query: str | Document) -> Passage:

@@ -114,6 +114,25 @@ def _insert(batch: tuple, prompt: np.ndarray, at: int) -> tuple[dict[str, torch.
     return out, put(offsets, 0), put(special, True), put(title, False)
 
 
+def expanded(batch: tuple, length: int, mask_id: int, attend: bool) -> tuple[dict[str, torch.Tensor], np.ndarray, np.ndarray, np.ndarray]:
+    """A query batch padded with [MASK] to `length` (ColBERT's query
+    expansion): every padding position becomes a [MASK], attended only when
+    the checkpoint says so, special, at offsets (0, 0)."""
+    enc, offsets, special, title = batch
+    rows, width = enc["input_ids"].shape
+    attention = torch.zeros((rows, length), dtype=enc["attention_mask"].dtype)
+    attention[:, :width] = enc["attention_mask"]
+    pad = attention == 0
+    out = {k: torch.zeros((rows, length), dtype=v.dtype) for k, v in enc.items()}
+    for k, v in enc.items():
+        out[k][:, :width] = v
+    out["input_ids"][pad] = mask_id
+    out["attention_mask"] = torch.where(pad, int(attend), attention)
+    grow = ((0, 0), (0, length - width))
+    return (out, np.pad(offsets, (*grow, (0, 0))), np.pad(special, grow, constant_values=True) | pad.numpy(),
+            np.pad(title, grow))
+
+
 def _wrapper_part(tokenizer: Any, texts: Sequence[str], titles: Sequence[str], rows: list[int], titled: int,
                   max_length: int) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
     """The transformers tokenizer's batch of the texts `rows` numbers, all

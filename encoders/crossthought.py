@@ -55,7 +55,7 @@ from .crossthought_model import (
     SEQUENCE_TOKENS, SLOT_PATH, UNTRAINED, CrossLayer, CrossThoughtModel, LowRank, MaskedWordHead, crossthought_weights,
     load_crossthought, mask_words, model_config, read_layer, slot_path_adapters, untrained,
 )
-from .provenance import read_weights, recorded_weights, verified_sha256
+from .provenance import read_config, recorded_weights, verified_sha256
 from .single import passage_mean
 from .units import Document, Encoded, Kind, Passage
 
@@ -154,7 +154,7 @@ class CrossThoughtEncoder(Encoder):
             if name.startswith("crossthought-") and not name.startswith(LEGACY_PREFIX):
                 # An index built while the inline LoRA weights had this name.
                 self.path = recorded_weights(self.path, weights_path(LEGACY_PREFIX + name[len("crossthought-"):]), weights_sha256)
-            backbone.check_trained_for(read_weights(self.path, "Cross-Thought weights")[1], self.path, "Cross-Thought weights", "crossthought")
+            backbone.check_trained_for(read_config(self.path, "Cross-Thought weights"), self.path, "Cross-Thought weights", "crossthought")
             self.ct, self.ct_config = load_crossthought(self.path, backbone.model)
             self.weights_sha256 = verified_sha256(self.path, weights_sha256)
         self.ct.to(backbone.device, backbone.dtype)

@@ -42,7 +42,7 @@ from .backbone import Backbone
 from .base import SentenceLocator, TokenStates, _n_specials, focus_mask, l2_normalize
 from .nugget_decoder import DecoderBlock, NuggetDecoder
 from .nugget_model import NuggetModel, Nuggets, load_nugget, n_nuggets, nugget_weights, select
-from .provenance import read_weights, verified_sha256
+from .provenance import read_config, verified_sha256
 from .tokens import TokensEncoder
 from .units import Encoded, Kind, Passage, Unit
 
@@ -124,7 +124,7 @@ class NuggetEncoder(TokensEncoder):
         else:
             # "default" is what indexes built before frozen nuggets recorded.
             self.path = weights_path({"lora": "nugget", "default": "nugget", "ae": "nugget-ae"}.get(weights, weights))
-            backbone.check_trained_for(read_weights(self.path, "nugget weights")[1], self.path, "nugget weights", "nugget")
+            backbone.check_trained_for(read_config(self.path, "nugget weights"), self.path, "nugget weights", "nugget")
             self.nugget, _, nugget_config = load_nugget(self.path, backbone.model)
             self.weights_sha256 = verified_sha256(self.path, weights_sha256)
             self.nugget.to(backbone.device, backbone.dtype)

@@ -65,7 +65,7 @@ from .proposition_head import PropositionHead, feature_dim, leading, load_weight
 from .proposition_segments import (
     covering, isolated_reading, known_propositions, sentence_blocks, sentence_pieces, spans_of, unit_text, units_by_owner, word_inputs,
 )
-from .provenance import read_weights, recorded_weights, verified_sha256
+from .provenance import read_config, recorded_weights, verified_sha256
 from .segment import PairSegmenter, words
 from .units import Document, Encoded, Kind, Passage, Span
 
@@ -149,7 +149,7 @@ class PropositionEncoder(Encoder):
         self.head_path = weights_path("proposition" if head == "default" else head)
         self.segmenter_path = weights_path("segmenter" if segmenter == "default" else segmenter)
         self.head_name, self.segmenter_name = head, segmenter
-        backbone.check_trained_for(read_weights(self.head_path, "proposition head")[1], self.head_path, "proposition head", "proposition")
+        backbone.check_trained_for(read_config(self.head_path, "proposition head"), self.head_path, "proposition head", "proposition")
         self.head, model, self.head_config = load_weights(self.head_path, backbone.model)
         self.head.to(backbone.device)
         self.head_sha256 = verified_sha256(self.head_path, head_sha256)
@@ -162,7 +162,7 @@ class PropositionEncoder(Encoder):
         n = self.backbone.model.config.num_hidden_layers
         last = lambda layers: tuple(n if i == -1 else int(i) for i in layers)  # noqa: E731
         self.head_layers = last(self.head_config.get("layers", (-1,)))
-        self.segmenter_layers = last(read_weights(self.segmenter_path, "segmenter")[1].get("backbone_layers") or (-1,))
+        self.segmenter_layers = last(read_config(self.segmenter_path, "segmenter").get("backbone_layers") or (-1,))
         self._segmenter: PairSegmenter | None = None
         self._segments: dict[str, list] = {}
         self._column_cache: dict[tuple[int, ...], torch.Tensor] = {}

@@ -82,11 +82,17 @@ def read_weights(path: str | Path, what: str, hint: str = "") -> tuple[dict[str,
     naming `what` is missing (and `hint`: how to make it) when it is not one."""
     from safetensors.torch import load_file
 
+    config = read_config(path, what, hint)
+    return load_file(str(Path(path) / "model.safetensors")), config
+
+
+def read_config(path: str | Path, what: str, hint: str = "") -> dict[str, Any]:
+    """The config of a directory `save_weights` wrote (what it was trained
+    for, from what), without its tensors; `read_weights`' error when missing."""
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no {what} at {path} (config.json missing){'; ' + hint if hint else ''}")
-    config = json.loads((path / "config.json").read_text())
-    return load_file(str(path / "model.safetensors")), config
+    return json.loads((path / "config.json").read_text())
 
 
 def save_weights(state: dict[str, "torch.Tensor"], path: str | Path, config: dict[str, Any]) -> None:

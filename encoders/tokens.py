@@ -79,7 +79,7 @@ class TokensEncoder(Encoder):
         # A token a vector, fewer when pooled or pruned; the title's own
         # units (title_units) are not counted, as they score no sentence.
         # A late-interaction checkpoint makes a vector of every position, its specials' too.
-        n = self.max_length - (0 if self.skiplist is not None else _n_specials(self.backbone))
+        n = self.max_length - (0 if self.backbone.recipe.late is not None else _n_specials(self.backbone))
         if self.keep == "idf":
             return math.ceil(n * self.ratio)
         return math.ceil(n / self.pool_factor)
