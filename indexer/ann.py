@@ -11,6 +11,7 @@ using `ann.<name>`: `faiss_setup` (the library and its threads),
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,11 @@ from .hnsw import HnswIndex, build_hnsw
 from .trainer import _rotate_for_the_codes, fill, log, make_index, train
 
 __all__ = [
-    "BACKENDS", "CODES_FILE", "CODE_BYTES", "FLAT_BELOW", "HnswIndex", "MIN_CODE_BYTES", "_NO_FAISS", "_NoFaiss", "_byte_codec",
-    "_decoder", "_fill", "_four_bit", "_lists", "_on_quantizer_of", "_rotate_for_the_codes", "apply_threads", "build_hnsw",
+    "Assignment", "BACKENDS", "CODES_FILE", "CODE_BYTES", "FLAT_BELOW", "HnswIndex", "MIN_CODE_BYTES", "_NO_FAISS", "_NoFaiss", "_byte_codec",
+    "_decoder", "_fill", "_four_bit", "_lists", "_on_quantizer_of", "_rotate_for_the_codes", "apply_threads", "assign", "build_hnsw",
     "codes_factory", "common_norm", "decoder", "decoding_codec", "default_factory", "encode", "faiss", "fast_scan", "fill",
     "holds_codes", "index_from_codes", "lists", "list_bytes", "log", "make_index", "read_codes", "read_faiss", "read_shard_index",
-    "require_faiss", "scoring_decoder", "search", "search_params", "set_threads", "standalone", "train", "training_size",
+    "require_faiss", "scoring_decoder", "search", "search_assigned", "search_params", "set_threads", "standalone", "train", "training_size",
     "write_faiss",
 ]
 
@@ -89,6 +90,50 @@ def search_params(index: Any, nprobe: int, selector: "faiss.IDSelector | None" =
     if isinstance(index, faiss.IndexHNSW):
         return faiss.SearchParametersHNSW(sel=selector)
     return faiss.SearchParameters(sel=selector)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Queries mapped through a trained codec's transform and assigned to
+    its `nprobe` nearest IVF lists, once for every shard whose index shares
+    the codec (`index_from_codes`): a shard's own `search` would map and
+    assign them again, a fixed cost per shard that grows an index's search
+    time with its shard count rather than its size."""
+
+    mapped: np.ndarray  # (n, d) float32: the queries past the codec's transform
+    lists: np.ndarray  # (n, nprobe) int64: nearest lists first, -1 past the last list
+    distances: np.ndarray  # (n, nprobe) float32: to those lists' centroids
+
+
+def assign(codec: Any, queries: np.ndarray, nprobe: int) -> Assignment:
+    """`queries` mapped and assigned to their `nprobe` nearest lists of the IVF codec `codec`."""
+    apply_threads()
+    x = np.ascontiguousarray(queries, dtype=np.float32)
+    typed = faiss.downcast_index(codec)
+    if isinstance(typed, faiss.IndexPreTransform):
+        for i in range(typed.chain.size()):
+            x = np.ascontiguousarray(typed.chain.at(i).apply(x), dtype=np.float32)
+    ivf = faiss.extract_index_ivf(typed)
+    distances, lists_ = ivf.quantizer.search(x, min(nprobe, int(ivf.nlist)))
+    return Assignment(x, lists_.astype(np.int64), distances.astype(np.float32))
+
+
+def search_assigned(index: Any, assigned: Assignment, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`search` of an index made by `index_from_codes` from the codec that
+    `assigned` was made with: only the probed lists of this shard are scanned."""
+    apply_threads()
+    n = len(assigned.mapped)
+    scores, ids = np.empty((n, k), np.float32), np.empty((n, k), np.int64)
+    params = faiss.SearchParametersIVF(nprobe=assigned.lists.shape[1])
+    if allowed is not None:
+        # Locals: FAISS reads the bitmap and the selector through raw pointers while it searches.
+        bitmap = np.packbits(allowed, bitorder="little")
+        selector = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(bitmap))
+        params.sel = selector
+    faiss.extract_index_ivf(index).search_preassigned_c(
+        n, faiss.swig_ptr(assigned.mapped), k, faiss.swig_ptr(assigned.lists), faiss.swig_ptr(assigned.distances),
+        faiss.swig_ptr(scores), faiss.swig_ptr(ids), False, params)
+    return scores, ids
 
 
 def search(index: Any, queries: np.ndarray, k: int, nprobe: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

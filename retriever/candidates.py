@@ -1,10 +1,15 @@
 """Stage 1: candidate generation.
 
 Every query vector is sent to every shard's ANN index (shards in parallel,
-one ANN call for a whole batch of queries) and each document the hits fall
-in gets an estimate of its MaxSim score: a query vector that did not reach
-the document is imputed its weakest hit over all shards, the most it can
-have missed. Stage 2 re-scores the documents with the best estimates.
+one ANN call for a whole batch of queries), and keeps its best hits over
+all shards: an index split into many shards (a living index's small
+segments) finds what one shard of the same vectors would, and pays for
+each shard only the scan of its own lists, since shards that share a codec
+share one mapping and list assignment of the queries (`ann.assign`). Each
+document the hits fall in gets an estimate of its MaxSim score: a query
+vector that did not reach the document is imputed its weakest hit, the
+most it can have missed. Stage 2 re-scores the documents with the best
+estimates.
 
 Deletions and `where=` filters act here, as ID selectors over the vectors a
 search may return, so that they never crowd out the documents that may be
@@ -150,9 +155,13 @@ class CandidateGeneration:
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(len(shards), os.cpu_count() or 1)))
 
     def search(self, vectors: np.ndarray, per_vector: int, nprobe: int, masks: Sequence[np.ndarray | None]) -> list[ShardHits]:
-        """Per shard, each query vector's `per_vector` best ANN hits among the
-        vectors its mask allows (None: all)."""
-        return list(self._pool.map(lambda shard, mask: _shard_hits(shard, vectors, per_vector, nprobe, mask), self.shards, masks))
+        """Each query vector's `per_vector` best ANN hits over all shards, per
+        shard, among the vectors each shard's mask allows (None: all)."""
+        codecs = {id(s.codec): s.codec for s in self.shards if s.codec is not None}
+        assigned = {key: ann.assign(codec, vectors, nprobe) for key, codec in codecs.items()}
+        hits = self._pool.map(lambda shard, mask: _shard_hits(shard, vectors, per_vector, nprobe, mask, assigned.get(id(shard.codec))),
+                              self.shards, masks)
+        return best_over_shards(list(hits), per_vector)
 
     def candidates(self, vectors: np.ndarray, hits: Sequence[tuple[int, np.ndarray, np.ndarray, np.ndarray]], n: int, enough: int,
                    per_vector: int, masks: Sequence[np.ndarray | None], window: int | None) -> np.ndarray:
@@ -169,12 +178,34 @@ class CandidateGeneration:
         self._pool.shutdown()
 
 
-def _shard_hits(shard: Shard, vectors: np.ndarray, per_vector: int, nprobe: int, mask: np.ndarray | None) -> ShardHits:
+def best_over_shards(hits: list[ShardHits], k: int) -> list[ShardHits]:
+    """The shards' hits with only each query vector's `k` best over all
+    shards left (the others -inf, -1, -1): what one shard holding every
+    vector would return, ties at the k-th score kept."""
+    if len(hits) < 2:
+        return hits
+    scores = np.concatenate([h[0] for h in hits], axis=1)
+    if scores.shape[1] <= k:
+        return hits
+    kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1 : k]
+    out = []
+    for s, docs, at in hits:
+        keep = s >= kth
+        out.append((np.where(keep, s, -np.inf).astype(np.float32), np.where(keep, docs, -1), np.where(keep, at, -1)))
+    return out
+
+
+def _shard_hits(shard: Shard, vectors: np.ndarray, per_vector: int, nprobe: int, mask: np.ndarray | None,
+                assigned: ann.Assignment | None) -> ShardHits:
+    """One shard's hits, through the queries' shared list assignment where its codec has one."""
     n = min(per_vector, shard.index.ntotal if mask is None else int(mask.sum()))
     if n == 0:
         empty = np.zeros((len(vectors), 0), np.int64)
         return np.zeros((len(vectors), 0), np.float32), empty, empty
-    scores, ids = ann.search(shard.index, vectors, n, nprobe, mask)
+    if assigned is not None:
+        scores, ids = ann.search_assigned(shard.index, assigned, n, mask)
+    else:
+        scores, ids = ann.search(shard.index, vectors, n, nprobe, mask)
     valid = ids >= 0
     docs = np.where(valid, shard.store.doc_of_vectors(np.where(valid, ids, 0)), -1)
     at = np.where(valid, ids - shard.store.offsets[np.maximum(docs, 0)], -1)

@@ -44,6 +44,9 @@ class Shard:
     # Stage 2's map of the query vectors into the space the shard's vectors decode to: store="codes" behind
     # OPQ rotates them; store="binary" takes their hashing heads' scores (None: the vectors as they are).
     rotate: Any = None
+    # The trained IVF codec whose transform and coarse lists the shard's index shares with every shard of the
+    # index (store="codes"): stage 1 maps and assigns a query once for all of them (None: the shard searches alone).
+    codec: Any = None
 
     def vector_mask(self, docs: np.ndarray | None) -> np.ndarray | None:
         """Per vector, whether its document is in the bool mask `docs` (None: every vector)."""
@@ -145,11 +148,18 @@ class _Codecs:
         self.path, self.manifest = path, manifest
         self.codec: Any = None
         self.decoding: Any = None
+        self._rotations: list[Any] = []  # the shared rotation, once a shard has made it (it may be None)
 
     def read(self) -> None:
         if self.codec is None:
             self.codec = ann.read_faiss(self.path / self.manifest["index"]["trained"])
             self.decoding = ann.decoding_codec(self.codec)
+
+    def rotation(self, rotate: Any) -> Any:
+        """The first shard's query rotation, for every shard decoded through the same codec."""
+        if not self._rotations:
+            self._rotations.append(rotate)
+        return self._rotations[0]
 
     def binary(self) -> binary.BinaryCodec:
         if self.codec is None:
@@ -170,6 +180,7 @@ def _open_shard(path: Path, manifest: dict[str, Any], entry: dict[str, Any], mma
         elif codes is not None:
             codecs.read()
             index = ann.index_from_codes(codecs.codec, codes)
+            shard.codec = codecs.codec
         else:
             index = ann.read_shard_index(file, store.dim, entry["vectors"], mmap)
         counts = (len(store), int(store.info["vectors"]), index.ntotal)
@@ -179,8 +190,10 @@ def _open_shard(path: Path, manifest: dict[str, Any], entry: dict[str, Any], mma
         shard.index = index
         if not store.has_vectors and not binary.holds_bits(file):  # store="codes": stage 2 decodes the index's codes
             # Standalone codes decode through their codec; stage 1 may scan them in another layout.
-            store.decoder, shard.rotate = ann.scoring_decoder(index if codes is None else codecs.decoding, codes,
-                                                              manifest["index"].get("vector_norm"))
+            store.decoder, rotate = ann.scoring_decoder(index if codes is None else codecs.decoding, codes,
+                                                        manifest["index"].get("vector_norm"))
+            # Shards that share a codec share its rotation: stage 2 rotates a query once for all of them.
+            shard.rotate = rotate if codes is None else codecs.rotation(rotate)
         if entry.get("deleted"):
             shard.live = np.ones(len(store), dtype=bool)
             shard.live[read_deleted(path / entry["name"] / entry["deleted"])] = False

@@ -58,8 +58,13 @@ def rescore(shards: Sequence[Shard], q: np.ndarray, chosen: np.ndarray, n: int, 
     if blocks and len(q) != 1:
         raise ValueError(f"attention scoring takes one query vector, got {len(q)}")
     out: list[Candidate] = []
+    rotated: dict[int, np.ndarray] = {}  # shards that share a rotation (one codec) rotate the query once
     for shard, ordinals in _by_shard(chosen).items():
-        out += _similarities(shards[shard], shard, q, ordinals, exclude, blocks)
+        rotate = shards[shard].rotate
+        if rotate is not None and id(rotate) not in rotated:
+            rotated[id(rotate)] = rotate(q)
+        qs = q if rotate is None else rotated[id(rotate)]
+        out += _similarities(shards[shard], shard, qs, ordinals, exclude, blocks)
     if blocks and out:
         _attend(out)
     _score(out, window)
@@ -77,9 +82,10 @@ def _by_shard(keys: np.ndarray) -> dict[int, list[int]]:
     return out
 
 
-def _similarities(shard: Shard, s: int, q: np.ndarray, ordinals: list[int], exclude: set[str], blocks: int) -> list[Candidate]:
+def _similarities(shard: Shard, s: int, qs: np.ndarray, ordinals: list[int], exclude: set[str], blocks: int) -> list[Candidate]:
     """Candidates of one shard (number `s`) with every query vector's
-    similarities to their stored vectors, not yet scored."""
+    similarities to their stored vectors (`qs`: the query in the shard's
+    decoded space), not yet scored."""
     store = shard.store
     if exclude:
         ordinals = [o for o in ordinals if store.document(o).id not in exclude]
@@ -87,7 +93,6 @@ def _similarities(shard: Shard, s: int, q: np.ndarray, ordinals: list[int], excl
     if not stored:
         return []
     parts = [v for v, _ in stored]
-    qs = q if shard.rotate is None else shard.rotate(q)
     sims = scoring.block_logits(qs, np.concatenate(parts), blocks) if blocks else scoring.similarities(qs, parts)
     bounds = np.cumsum([0] + [len(v) for v in parts])
     return [Candidate(s, o, sims[:, bounds[i] : bounds[i + 1]], sen, 0.0) for i, (o, (_, sen)) in enumerate(zip(ordinals, stored))]

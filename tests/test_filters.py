@@ -45,8 +45,9 @@ def test_comparisons_negation_and_prefixes_keep_what_a_brute_force_filter_keeps(
     allowed = {d.id for d in docs if keep(d.metadata)}
     with Searcher.load(root, encoder=encoder) as s:
         for q in QUERIES:
-            everything = [h.doc_id for h in s.search(q, k=50, rerank=50)]
-            hits = s.search(q, k=50, rerank=50, where=where)
+            # Every vector a candidate: the filter alone decides what is left.
+            everything = [h.doc_id for h in s.search(q, k=50, rerank=50, candidates=100_000)]
+            hits = s.search(q, k=50, rerank=50, candidates=100_000, where=where)
             assert [h.doc_id for h in hits] == [d for d in everything if d in allowed], where
             assert all(keep(meta[h.doc_id]) for h in s.search(q, k=5, where=where, hybrid=True))
             assert all(keep(meta[h.doc_id]) for h in s.search(q, k=5, where=where, bm25=True))

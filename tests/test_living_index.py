@@ -527,6 +527,8 @@ def test_a_one_vector_query_probes_more_lists_than_each_vector_of_many(tmp_path,
     probed = []
     search = ann.search
     monkeypatch.setattr(ann, "search", lambda index, q, k, nprobe, allowed=None: probed.append(nprobe) or search(index, q, k, nprobe, allowed))
+    assign = ann.assign  # shards that share a codec: the lists are chosen once for all of them
+    monkeypatch.setattr(ann, "assign", lambda codec, q, nprobe: probed.append(nprobe) or assign(codec, q, nprobe))
     for name, expected in (("single", 128), ("tokens", 4)):
         encoder = load_encoder(name, backbone=tiny)
         IndexWriter(tmp_path / name, encoder, factory="IVF4,Flat").build(_docs(40))

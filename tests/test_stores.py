@@ -380,3 +380,42 @@ def test_the_common_length_of_indexed_vectors_is_found_or_refused():
     assert ann.common_norm(np.concatenate([unit, unit], 1)) == pytest.approx(np.sqrt(2), abs=1e-5)  # two unit halves (beside=1, words)
     assert ann.common_norm(x) is None  # raw vectors: nothing to scale back to
     assert ann.common_norm(np.concatenate([unit, 0.9 * unit])) is None
+
+
+
+def test_shards_that_share_a_codec_search_as_one_index_of_the_same_codes(pair, monkeypatch):
+    """Stage 1 over two shards of one codec finds what one index holding
+    both shards' codes finds: each query vector keeps its best hits over all
+    shards (not a page a shard), inside a filter too; a query is mapped and
+    assigned to lists once a search, and rotated for stage 2 once, not once
+    a shard."""
+    root, encoder = pair
+    from propdex.retriever import candidates
+
+    manifest = read_manifest(root / "codes4")
+    codec = ann.read_faiss(root / "codes4" / manifest["index"]["trained"])
+    rows = [ann.read_codes(root / "codes4" / s["name"] / s["index"]) for s in manifest["shards"]]
+    whole = ann.index_from_codes(codec, np.concatenate(rows))
+    assigned, alone = [], []
+    real_assign, real_search = ann.assign, ann.search
+    monkeypatch.setattr(ann, "assign", lambda *a: assigned.append(1) or real_assign(*a))
+    monkeypatch.setattr(ann, "search", lambda *a, **kw: alone.append(1) or real_search(*a, **kw))
+    rng = np.random.default_rng(1)
+    with Searcher.load(root / "codes4", encoder=encoder) as two:
+        assert len(two.shards) == 2 and two.shards[0].rotate is two.shards[1].rotate
+        q = np.concatenate([e.vectors for e in encoder.encode_queries(QUERIES[:3])])
+        masks = [rng.random(len(r)) < 0.3 for r in rows]
+        for shard_masks, allowed in (([None, None], None), (masks, np.concatenate(masks))):
+            hits = two._stage1.search(q, 20, 4, shard_masks)
+            base = np.cumsum([0, len(rows[0])])
+            got = [set() for _ in q]
+            for s, (scores, docs, at) in enumerate(hits):
+                for i, j in zip(*np.nonzero(docs >= 0)):
+                    got[i].add((base[s] + two.shards[s].store.offsets[docs[i, j]] + at[i, j], round(float(scores[i, j]), 4)))
+            want_scores, want_ids = ann.search(whole, q, 20, 4, allowed)
+            want = [{(int(v), round(float(sc), 4)) for v, sc in zip(ids, sc_row) if v >= 0} for ids, sc_row in zip(want_ids, want_scores)]
+            assert got == want and all(len(g) == 20 for g in got)
+        assert len(alone) == 2  # the reference's two searches: neither shard searched alone
+        del assigned[:]
+        assert two.search_batch(QUERIES, k=10)
+        assert len(assigned) == 1
