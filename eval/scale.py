@@ -6,7 +6,8 @@ in the manifest; a point whose index is already committed is measured, not
 rebuilt, so a killed curve resumes), then the same query texts searched one
 at a time with `threads` threads in a fresh process. Per point: documents,
 vectors, encode docs/s, build seconds, peak RSS, bytes all in per vector and
-per document, p50/p95. `project` extends the largest point's per-document
+per document, p50/p95 and the mean time a query spends in each stage of the search, and
+the searching process's peak RSS. `project` extends the largest point's per-document
 costs linearly to a target corpus size: encoding and bytes grow with the
 corpus; IVF training does not (its sample is capped), so it is carried as
 measured.
@@ -16,13 +17,14 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from propdex.indexer.manifest import read_manifest
 
 from .indexes import all_in_bytes
-from .measures import in_child, latency, timed, torch_sync
+from .measures import in_child, latency, torch_sync
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +64,6 @@ def encode_rates(corpus: Path, sizes: list[int], encoders: list[str], device: st
     part of a build that a GPU takes over (the FAISS training and adds stay
     on the CPU, and the scale curve measures them), so it is what projects a
     GPU build. One warm-up batch per encoder runs first, untimed."""
-    import time
-
     from propdex.encoders import load_encoder
     from propdex.encoders.backbone import Backbone
     from propdex.encoders.provenance import hardware
@@ -119,7 +119,8 @@ def _build_figures(index: Path) -> dict[str, Any]:
     docs, vectors = m["counts"]["documents"], m["counts"]["vectors"]
     total = all_in_bytes(index, m, m["encoder"]["dim"])
     return {
-        "documents": docs, "vectors": vectors, "factory": m["index"]["factory"],
+        "documents": docs, "vectors": vectors, "store": m["settings"]["store"], "code_bytes": m["settings"].get("code_bytes"),
+        "factory": m["index"]["factory"],
         "encode_s": t["encode_s"], "encode_docs_per_s": round(docs / t["encode_s"], 2) if t["encode_s"] else None,
         "build_s": round(t["encode_s"] + t["train_s"] + t["add_s"], 1), "train_s": t["train_s"], "add_s": t["add_s"],
         "peak_rss_mb": t.get("peak_rss_mb"),
@@ -128,14 +129,26 @@ def _build_figures(index: Path) -> dict[str, Any]:
 
 
 def measure_latency(index: str, queries: list[str], threads: int) -> dict[str, Any]:
-    """p50/p95 of one-at-a-time searches (k=10, query encoding included); runs in a child (`in_child`)."""
+    """p50/p95 of one-at-a-time searches (k=10, query encoding included),
+    the mean milliseconds a query spends in each stage of the shipped search
+    (`retriever.stage_times`: which part grows with the index), and the
+    searching process's peak RSS; runs in a child (`in_child`)."""
+    import resource
+
     from propdex.encoders import encoder_from_config
-    from propdex.retriever import Searcher
+    from propdex.retriever import STAGES, Searcher, stage_times
 
     encoder = encoder_from_config(read_manifest(Path(index))["encoder"], device="cpu")
     with Searcher.load(Path(index), encoder=encoder, threads=threads) as searcher:
-        _, times = timed([(str(i), q) for i, q in enumerate(queries)], lambda text: [(h.doc_id, h.score) for h in searcher.search(text, k=10)])
-    return latency(times)
+        searcher.search(queries[0], k=10)  # load pages and kernels once
+        times = []
+        with stage_times() as spent:
+            for text in queries:
+                started = time.perf_counter()
+                searcher.search(text, k=10)
+                times.append((time.perf_counter() - started) * 1000)
+    stages = {name: round(spent[name] * 1000 / len(queries), 2) for name in STAGES if name in spent}
+    return latency(times) | {"stages_ms": stages, "search_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
 def project(points: list[dict[str, Any]], documents: int) -> dict[str, dict[str, Any]]:

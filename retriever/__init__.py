@@ -2,5 +2,6 @@
 from .context import Citation, Context
 from .searcher import LEVELS, Hit, Searcher
 from .settings import SearchSettings
+from .timing import STAGES, stage_times
 
-__all__ = ["LEVELS", "Citation", "Context", "Hit", "SearchSettings", "Searcher"]
+__all__ = ["LEVELS", "STAGES", "Citation", "Context", "Hit", "SearchSettings", "Searcher", "stage_times"]

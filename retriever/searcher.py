@@ -9,7 +9,8 @@ The facade over the pipeline, one module a stage:
   stored vectors, by their best passage-sized window, and aggregated to
   documents, sentences or units;
 - `hybrid`: fusion with the index's BM25, BM25 alone, and the second hop;
-- `hits`: what a search returns.
+- `hits`: what a search returns;
+- `timing`: the time each stage took, for whoever asks (`stage_times`).
 
 Deleted documents and `where=` filters act inside stage 1 (FAISS ID
 selectors over the allowed vectors), so they never crowd out the documents
@@ -38,6 +39,7 @@ from .hybrid import FUSION_DEPTH, Lexical, LexicalMasks, fused_rows, lexical_hit
 from .loading import Shard
 from .rescoring import Candidate
 from .settings import LEVELS, Level, SearchSettings
+from .timing import stage
 
 if TYPE_CHECKING:
     from propdex.encoders import Encoder
@@ -222,14 +224,16 @@ class Searcher:
         if not self.shards:
             return [[] for _ in queries]
         _warn_unknown(self.encoder, queries)
-        encoded = [e.vectors for e in self.encoder.encode_queries(list(queries))]
+        with stage("encode"):
+            encoded = [e.vectors for e in self.encoder.encode_queries(list(queries))]
         depths = stage1.Depths.of(st, max(len(q) for q in encoded), self.vectors_per_doc, self.nprobe, self.lists)
         masks = [shard.vector_mask(a) for shard, a in zip(self.shards, allowed)]
         if within is None and st.where is not None and stage1.allowed_vectors(masks) <= EXACT_FILTERED_VECTORS:
             # Few vectors pass the filter: re-score every one of their documents.
             within = [stage1.allowed_keys(self.shards, allowed)] * len(queries)
         if within is None:
-            hits = self._stage1.search(np.concatenate(encoded), depths.per_vector, depths.nprobe, masks)  # one ANN call for the batch
+            with stage("stage 1"):  # one ANN call for the batch
+                hits = self._stage1.search(np.concatenate(encoded), depths.per_vector, depths.nprobe, masks)
         results = []
         start = 0
         for qi, q in enumerate(encoded):
@@ -238,16 +242,21 @@ class Searcher:
             # One query vector's best window holds its best unit: windows change nothing there.
             window = self._window(st) if len(q) > 1 else None
             if within is None:
-                chosen = self._stage1.candidates(q, stage1.query_rows(hits, rows), depths.rescored + len(skip), st.k + len(skip),
-                                                 depths.per_vector, masks, window)
-                cands = self._rescore(q, chosen, depths.rescored, skip, first=depths.first, window=window)
+                with stage("stage 1"):
+                    chosen = self._stage1.candidates(q, stage1.query_rows(hits, rows), depths.rescored + len(skip), st.k + len(skip),
+                                                     depths.per_vector, masks, window)
+                with stage("stage 2"):
+                    cands = self._rescore(q, chosen, depths.rescored, skip, first=depths.first, window=window)
             else:
                 chosen = within[qi] if isinstance(within[qi], np.ndarray) else loading.locate(self.shards, within[qi], allowed)
-                cands = self._rescore(q, chosen, len(chosen), skip, window=window)
+                with stage("stage 2"):
+                    cands = self._rescore(q, chosen, len(chosen), skip, window=window)
             if st.hybrid:
-                results.append(self._hybrid(_text(queries[qi]), q, cands, st, skip, allowed, window))
+                with stage("fusion"):
+                    results.append(self._hybrid(_text(queries[qi]), q, cands, st, skip, allowed, window))
             else:
-                results.append(dense_hits(self.shards, cands, rescoring.rows(cands, st.k, st.level), st.level, self._window(st)))
+                with stage("aggregate"):
+                    results.append(dense_hits(self.shards, cands, rescoring.rows(cands, st.k, st.level), st.level, self._window(st)))
         return results
 
     def _window(self, st: SearchSettings) -> int | None:

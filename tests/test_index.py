@@ -305,3 +305,28 @@ def test_sigkilled_build_resumes_to_the_same_index(tmp_path, tiny_dir):
     with Searcher.load(tmp_path / "whole", encoder=enc) as a, Searcher.load(tmp_path / "killed", encoder=enc) as b:
         for q in queries:
             assert [(h.doc_id, round(h.score, 4)) for h in a.search(q)] == [(h.doc_id, round(h.score, 4)) for h in b.search(q)]
+
+
+def test_stage_times_split_a_search_into_its_stages(tmp_path, tiny, hotpot_docs):
+    """Inside `stage_times` each stage's wall time is counted, and together
+    they are most of the search's; outside it nothing is counted."""
+    import time
+
+    from propdex.retriever import stage_times
+
+    enc, _ = build(tmp_path, tiny, hotpot_docs, shard_docs=100)
+    with Searcher.load(tmp_path / "ix", encoder=enc) as s:
+        s.search("the British rock band formed in London", k=5)
+        with stage_times() as spent:
+            started = time.perf_counter()
+            for q in ("the British rock band formed in London", "an American film director", "a river in Europe"):
+                s.search(q, k=5)
+            wall = time.perf_counter() - started
+        assert set(spent) == {"encode", "stage 1", "stage 2", "aggregate"}
+        assert 0.5 * wall < sum(spent.values()) <= wall
+        counted = dict(spent)
+        s.search("a river in Europe", k=5, hybrid=True)
+        assert spent == counted  # the block is over
+        with stage_times() as fused:
+            s.search("a river in Europe", k=5, hybrid=True)
+        assert set(fused) == {"encode", "stage 1", "stage 2", "fusion"}

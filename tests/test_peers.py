@@ -278,6 +278,9 @@ def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs
     assert [p["documents"] for p in scale["points"]] == [2, 4]  # smallest first
     for p in scale["points"]:
         assert p["vectors"] == p["documents"] and p["p50_ms"] <= p["p95_ms"] and p["peak_rss_mb"] > 100
+        # Where a query's time goes, stage by stage, in the searching process (which holds the model: > 100 MB).
+        assert set(p["stages_ms"]) == {"encode", "stage 1", "stage 2", "aggregate"} and min(p["stages_ms"].values()) > 0
+        assert p["search_rss_mb"] > 100 and (p["store"], p["code_bytes"]) == ("codes", 100)
         assert p["bytes_per_doc"] == pytest.approx(p["bytes_per_vector"], rel=0.01)
     big = scale["points"][1]
     projected = scale["projected"]["single"]
