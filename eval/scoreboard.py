@@ -310,7 +310,19 @@ def serving(folder: Path = RESULTS) -> list[str]:
             f"at the end. At rest, the same searches: p95 {rest['grown']['p95_ms']} ms on the grown index against "
             f"{rest['baseline']['p95_ms']} ms on the bulk build ({rest['p95_ratio']}x; p50 {rest['grown']['p50_ms']} against "
             f"{rest['baseline']['p50_ms']}); BM25's top 10 differs on {len(result['bm25_differences'])} of "
-            f"{result['bm25_queries']} queries.", ""]
+            f"{result['bm25_queries']} queries.", *wheel_install(folder), ""]
+
+
+def wheel_install(folder: Path = RESULTS) -> list[str]:
+    """The wheel installed in a fresh venv outside the repository, and the README's notes example run there."""
+    w = load("wheel_install.json", folder)
+    if w is None:
+        return []
+    built = w["built_from_source"]
+    return [f"- The wheel outside the repository (`{w['command']}`, commit {w['versions']['git']}): {w['wheel']}, "
+            f"{w['wheel_mb']} MB with {w['shipped_weights']} shipped weight files, installed in a fresh venv with "
+            f"{len(built)} packages built from source{' (' + ', '.join(built) + ')' if built else ''}; the README's notes "
+            f"example's best sentence, from the command line: \"{w['cli_top']}\"; from Python: \"{w['python_top']}\""]
 
 
 def agreement(folder: Path = RESULTS) -> list[str]:
