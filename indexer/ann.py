@@ -124,16 +124,23 @@ def search_assigned(index: Any, assigned: Assignment, k: int, allowed: np.ndarra
     apply_threads()
     n = len(assigned.mapped)
     scores, ids = np.empty((n, k), np.float32), np.empty((n, k), np.int64)
-    params = faiss.SearchParametersIVF(nprobe=assigned.lists.shape[1])
-    if allowed is not None:
-        # Locals: FAISS reads the bitmap and the selector through raw pointers while it searches.
-        bitmap = np.packbits(allowed, bitorder="little")
-        selector = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(bitmap))
-        params.sel = selector
-    faiss.extract_index_ivf(index).search_preassigned_c(
+    selector = _selector(allowed)  # a local: FAISS reads it through a raw pointer while it searches
+    ivf = faiss.extract_index_ivf(index)
+    ivf.search_preassigned_c(
         n, faiss.swig_ptr(assigned.mapped), k, faiss.swig_ptr(assigned.lists), faiss.swig_ptr(assigned.distances),
-        faiss.swig_ptr(scores), faiss.swig_ptr(ids), False, params)
+        faiss.swig_ptr(scores), faiss.swig_ptr(ids), False, search_params(ivf, assigned.lists.shape[1], selector))
     return scores, ids
+
+
+def _selector(allowed: np.ndarray | None) -> "faiss.IDSelector | None":
+    """FAISS's ID selector of the vectors `allowed` (bool per vector) lets
+    through, holding its bitmap (None: all)."""
+    if allowed is None:
+        return None
+    bitmap = np.packbits(allowed, bitorder="little")
+    selector = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(bitmap))
+    selector.referenced_objects = [bitmap]  # FAISS reads the bitmap through a raw pointer
+    return selector
 
 
 def search(index: Any, queries: np.ndarray, k: int, nprobe: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -147,11 +154,7 @@ def search(index: Any, queries: np.ndarray, k: int, nprobe: int, allowed: np.nda
     if isinstance(index, BinaryIndex):
         return index.search(x, k, nprobe, allowed)
     apply_threads()
-    selector = None
-    if allowed is not None:
-        # A local: FAISS reads the bitmap through a raw pointer while it searches.
-        bitmap = np.packbits(allowed, bitorder="little")
-        selector = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(bitmap))
+    selector = _selector(allowed)  # a local: FAISS reads it through a raw pointer while it searches
     params = search_params(index, nprobe, selector)
     scores, ids = index.search(x, k, params=params) if params is not None else index.search(x, k)
     return scores, ids

@@ -153,12 +153,12 @@ class CandidateGeneration:
     def __init__(self, shards: Sequence[Shard]) -> None:
         self.shards = shards
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(len(shards), os.cpu_count() or 1)))
+        self._codecs = {id(s.codec): s.codec for s in shards if s.codec is not None}  # shared by their shards
 
     def search(self, vectors: np.ndarray, per_vector: int, nprobe: int, masks: Sequence[np.ndarray | None]) -> list[ShardHits]:
         """Each query vector's `per_vector` best ANN hits over all shards, per
         shard, among the vectors each shard's mask allows (None: all)."""
-        codecs = {id(s.codec): s.codec for s in self.shards if s.codec is not None}
-        assigned = {key: ann.assign(codec, vectors, nprobe) for key, codec in codecs.items()}
+        assigned = {key: ann.assign(codec, vectors, nprobe) for key, codec in self._codecs.items()}
         hits = self._pool.map(lambda shard, mask: _shard_hits(shard, vectors, per_vector, nprobe, mask, assigned.get(id(shard.codec))),
                               self.shards, masks)
         return best_over_shards(list(hits), per_vector)
