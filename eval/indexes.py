@@ -43,12 +43,14 @@ def build_index(task: Task, system: System, work: Path, backbone: "Backbone") ->
     # Search-time options (nprobe) do not change the index: reuse it.
     index_label = ":".join([system.name, *(f"{k}={v}" for k, v in system.options.items() if k not in (*SEARCH_OPTIONS, *EVAL_OPTIONS))])
     store, code_bytes, factory = system.options.get("store", IndexSettings.store), int(system.options.get("code_bytes", CODE_BYTES)), system.options.get("factory")
-    out = cached_index_dir(work / f"{_slug(task.name.split('[')[0])}-{key}", _slug(index_label), encoder, store, code_bytes, factory)
+    out = cached_index_dir(work / f"{_slug(task.name.split('[')[0])}-{key}", _slug(index_label), encoder, store, code_bytes, factory,
+                           system.options.get("training", IndexSettings.training))
     writer = IndexWriter(
         out, encoder, shard_docs=10_000, factory=factory,
         backend=system.options.get("backend", "faiss"), store=store,
         code_bytes=code_bytes, bits=int(system.options.get("bits", IndexSettings.bits)),
-        hashing=system.options.get("hashing", IndexSettings.hashing), inputs={"task": task.name, "corpus_sha256": key},
+        hashing=system.options.get("hashing", IndexSettings.hashing), training=system.options.get("training", IndexSettings.training),
+        inputs={"task": task.name, "corpus_sha256": key},
     )
     cache_hits = backbone.state_cache_hits
     manifest = writer.build(corpus)
@@ -75,7 +77,7 @@ def all_in_bytes(index: Path, manifest: dict[str, Any], dim: int) -> int:
 
 
 def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: str = IndexSettings.store, code_bytes: int = CODE_BYTES,
-                     factory: str | None = None) -> Path:
+                     factory: str | None = None, training: str = IndexSettings.training) -> Path:
     """Where eval keeps a system's index over one corpus: named for the
     system's spec, or, when the index there was built by what the spec meant
     before (new weights under a name, a default factory or store that has moved on,
@@ -96,6 +98,9 @@ def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: st
             any(s["index"] and not ann.holds_codes(s["index"]) for s in manifest["shards"])
             or "vector_norm" not in manifest["index"]):  # codes decoded unscaled
         now["codes"] = ann.CODES_FILE
+    if built and "IVF" in built and manifest["index"]["backend"] == "faiss" and store != "binary" and (
+            manifest["index"].get("training", "full") != ann.training(training, manifest["counts"]["vectors"])):
+        now["training"] = ann.training(training, manifest["counts"]["vectors"])  # trained before the size rule, or under another
     if store_of(manifest) != store:  # built with the other store (the default before codes)
         now["store"] = store
     if recorded_config(manifest["encoder"]) != encoder.config() or now:

@@ -114,7 +114,7 @@ def queries_for(task: Task, system: System) -> list[str | Document]:
 def system_encoder(system: System, backbone: "Backbone") -> "Encoder":
     """The encoder a system spec names, with its encoder options (index and
     search options stay out)."""
-    index_options = ("mask", "factory", "backend", "store", "code_bytes", "bits", "hashing", "runtime")
+    index_options = ("mask", "factory", "backend", "store", "code_bytes", "bits", "hashing", "training", "runtime")
     options: dict[str, Any] = {k: v for k, v in system.options.items() if k not in (*index_options, *SEARCH_OPTIONS, *EVAL_OPTIONS)}
     if "keep_punct" in options:
         options["drop_punct"] = options.pop("keep_punct") not in ("1", "true", "yes")

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 # Importers of this module (eval, tests, older code) find these here too.
 __all__ = ["IndexWriter", "LOCK", "SETTINGS", "TRAINED", "peak_rss_mb", "shard_name"]
 
-SETTINGS = ("shard_docs", "factory", "backend", "bm25", "store", "code_bytes", "bits", "hashing")  # what a writer of an existing index takes from its manifest
+SETTINGS = ("shard_docs", "factory", "backend", "bm25", "store", "code_bytes", "bits", "hashing", "training")  # what a writer of an existing index takes from its manifest
 
 
 class IndexWriter:
@@ -55,6 +55,7 @@ class IndexWriter:
         code_bytes: int = ann.CODE_BYTES,
         bits: int = IndexSettings.bits,
         hashing: str = IndexSettings.hashing,
+        training: str = IndexSettings.training,
         inputs: dict[str, Any] | None = None,
         wait: float = 0.0,
     ) -> None:
@@ -62,7 +63,7 @@ class IndexWriter:
         (default: refuse at once). `inputs` describes what `build` reads (paths, format, file
         fingerprints): a re-run must read the same. `create`, `add`,
         `delete` and `compact` leave the recorded inputs alone."""
-        settings = IndexSettings(shard_docs, factory, backend, bm25, store, code_bytes, bits, hashing)
+        settings = IndexSettings(shard_docs, factory, backend, bm25, store, code_bytes, bits, hashing, training)
         settings.check_factory(encoder.dim)
         if backend == "faiss" or store != "float16":
             ann.require_faiss()
@@ -230,6 +231,8 @@ def _adopt_settings(manifest: Manifest, wanted: Settings) -> None:
         settings.code_bytes = ann.CODE_BYTES
     if not settings.has("bits"):  # an index from before the binary store: its values would be the defaults
         settings.bits, settings.hashing = IndexSettings.bits, IndexSettings.hashing
+    if not settings.has("training"):  # an index from before the setting: what a re-training would do now
+        settings.training = IndexSettings.training
     had_bm25 = settings.pop("bm25", False)
     settings.bm25 = wanted.bm25 or had_bm25
     wanted.bm25 = settings.bm25

@@ -91,12 +91,36 @@ def _lists(n_vectors: int, target: float) -> int:
     return max(64, min(2 ** round(math.log2(target)), 2 ** int(math.log2(n_vectors // 39))))
 
 
-def training_size(factory: str, n_vectors: int) -> int:
-    """How many vectors training needs: enough for k-means on the coarse lists and PQ."""
+# How hard the codec trains: full, quick, or by the corpus's size (auto).
+TRAININGS = ("auto", "full", "quick")
+QUICK_BELOW = 1 << 20  # vectors; under this, auto trains quick
+OPQ_ITERATIONS = {"full": 50, "quick": 8}  # full: FAISS's default
+
+
+def training(asked: str, n_vectors: int) -> str:
+    """The training a corpus of `n_vectors` gets: as asked, or for `auto`,
+    quick below QUICK_BELOW vectors. Full training refines an OPQ rotation
+    many times on a fixed sample, a cost that does not shrink with the
+    corpus: below QUICK_BELOW vectors it would be more than a fifth of a CPU
+    build, and the user would wait mostly for the codec. Quick training
+    samples only what k-means needs and refines the rotation a few times:
+    the first refinements gain the most."""
+    if asked not in TRAININGS:
+        raise ValueError(f"training must be one of {', '.join(TRAININGS)}, got {asked!r}")
+    if asked != "auto":
+        return asked
+    return "quick" if n_vectors < QUICK_BELOW else "full"
+
+
+def training_size(factory: str, n_vectors: int, effort: str = "full") -> int:
+    """How many vectors training needs: enough for k-means on the coarse
+    lists and PQ's codebooks; full training takes at least 65,536."""
     if factory == "Flat" or factory.startswith("HNSW"):
         return 0
     ivf = next((p for p in factory.split(",") if p.startswith("IVF")), None)
     nlist = int("".join(ch for ch in ivf[3:] if ch.isdigit())) if ivf else 0
-    # 40 points per list is past k-means' minimum (39) and keeps CPU training
-    # in minutes; the coarse lists only route stage 1, stage 2 is exact.
-    return min(n_vectors, max(40 * nlist, 65_536))
+    # 40 points per list (or per centroid of an 8-bit PQ's 256) is past k-means'
+    # minimum (39); the coarse lists only route stage 1, and stage 2's codes
+    # keep most of their accuracy (PQ's codebooks train on as many).
+    needed = 40 * max(nlist, 256)
+    return min(n_vectors, needed if effort == "quick" else max(needed, 65_536))

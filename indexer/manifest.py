@@ -212,6 +212,7 @@ class Settings(Record):
     code_bytes: int | None = None
     bits: int | None = later()
     hashing: str | None = later()
+    training: str | None = later()
 
 
 @dataclass(eq=False)
@@ -227,6 +228,7 @@ class AnnIndex(Record):
     trained_bytes: int | None = later()
     trained_on: int | None = later()
     train_s: float | None = later()
+    training: str | None = later()  # full or quick (factory.training)
     hashing: dict[str, Any] | None = later()  # store="binary": {method, bits, weights_sha256}
     retrained: dict[str, Any] | None = later()  # re-trained at a compact: {from (the factory before), generation}
 

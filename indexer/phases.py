@@ -132,11 +132,13 @@ def train(tx: Transaction, shards: list[Shard] | None = None, name: str = TRAINE
     factory = "HNSW" if backend == "hnsw" else (settings.factory or ann.default_factory(n, dim, settings.store, settings.code_bytes))
     m.index = AnnIndex(backend=backend, factory=factory, metric="inner_product", trained=None)
     if backend == "faiss":
-        size = ann.training_size(factory, n)
+        effort = ann.training(settings.training, n)
+        size = ann.training_size(factory, n, effort)
         if size:
             sample = _sample(tx, size, shards)
-            log.info("training %s on %d of %d vectors", factory, len(sample), n)
-            trained = ann.train(factory, sample)
+            log.info("training %s (%s) on %d of %d vectors", factory, effort, len(sample), n)
+            trained = ann.train(factory, sample, ann.OPQ_ITERATIONS[effort])
+            m.index.training = effort
             m.index.vector_norm = ann.common_norm(sample)  # stage 2 scales decoded codes back to it (ann.decoder)
         else:
             trained = ann.make_index(factory, dim)

@@ -56,6 +56,8 @@ class IndexSettings:
     bits: int = option(binary.BITS, "with store binary: bits a vector's code (a multiple of 8)", minimum=8)
     hashing: str = option("learned", "with store binary: the hashing heads, learned (trained, shipped) or a baseline",
                           choices=METHODS)
+    training: str = option("auto", "how long the codec trains: full, quick (a smaller sample, fewer OPQ refinements) or "
+                                   f"auto (quick under {ann.QUICK_BELOW:,} vectors)", choices=ann.TRAININGS)
 
     def __post_init__(self) -> None:
         check(self)

@@ -24,8 +24,9 @@ def make_index(factory: str, dim: int) -> faiss.Index:
         raise ValueError(f"invalid FAISS factory string {factory!r}: {str(e).splitlines()[0]}") from None
 
 
-def train(factory: str, sample: np.ndarray) -> faiss.Index:
-    """An empty, trained index. k-means runs on the GPU when FAISS sees one."""
+def train(factory: str, sample: np.ndarray, opq_iterations: int | None = None) -> faiss.Index:
+    """An empty, trained index; an OPQ rotation is refined `opq_iterations`
+    times (None: FAISS's default). k-means runs on the GPU when FAISS sees one."""
     index = make_index(factory, sample.shape[1])
     if index.is_trained:
         return index
@@ -36,6 +37,8 @@ def train(factory: str, sample: np.ndarray) -> faiss.Index:
     except (RuntimeError, AttributeError):
         pass
     _rotate_for_the_codes(index)
+    if opq_iterations is not None:
+        _refine(index, opq_iterations)
     if faiss.get_num_gpus() > 0:
         try:
             # The coarse k-means dominates training; it is the part worth moving.
@@ -70,6 +73,16 @@ def _rotate_for_the_codes(index: faiss.Index) -> None:
         target = faiss.ProductQuantizer(opq.d_out, opq.M, 4)
         opq.pq = target
         opq.referenced_objects = [target]  # OPQMatrix keeps a raw pointer
+
+
+def _refine(index: faiss.Index, iterations: int) -> None:
+    """Refine an OPQ rotation in front of the index `iterations` times."""
+    typed = faiss.downcast_index(index)
+    if isinstance(typed, faiss.IndexPreTransform):
+        for i in range(typed.chain.size()):
+            opq = faiss.downcast_VectorTransform(typed.chain.at(i))
+            if isinstance(opq, faiss.OPQMatrix):
+                opq.niter = iterations
 
 
 def fill(trained: faiss.Index, chunks: Iterable[np.ndarray]) -> faiss.Index:

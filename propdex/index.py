@@ -87,6 +87,7 @@ class Index:
         code_bytes: int = IndexSettings.code_bytes,
         bits: int = IndexSettings.bits,
         hashing: str = IndexSettings.hashing,
+        training: str = IndexSettings.training,
         **encoder_options: Any,
     ) -> "Index":
         """An empty index at `path` (a new or empty directory) whose documents
@@ -97,7 +98,7 @@ class Index:
         elif encoder_options:
             raise ValueError("encoder options go with an encoder name, not with a loaded encoder")
         IndexWriter(path, encoder, shard_docs=shard_docs, factory=factory, backend=backend, bm25=bm25, store=store,
-                    code_bytes=code_bytes, bits=bits, hashing=hashing).create()
+                    code_bytes=code_bytes, bits=bits, hashing=hashing, training=training).create()
         return cls(path, encoder)
 
     @classmethod

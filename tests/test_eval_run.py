@@ -177,15 +177,20 @@ def test_cached_codes_index_built_by_an_old_default_or_layout_is_neither_reused_
     n = 610_000
     now = ann.default_factory(n, encoder.dim, "codes")
 
-    def cached(factory: str, index_file: str) -> None:
+    def cached(factory: str, index_file: str, training: str | None = "quick") -> None:
         (tmp_path / "codes").mkdir(exist_ok=True)
+        index = {"backend": "faiss", "factory": factory, "vector_norm": 1.0} | ({"training": training} if training else {})
         (tmp_path / "codes" / "manifest.json").write_text(json.dumps({
             "format": "propdex-index", "version": 2, "status": "complete", "encoder": encoder.config(), "counts": {"vectors": n},
-            "settings": {"store": "codes"},
-            "index": {"backend": "faiss", "factory": factory, "vector_norm": 1.0}, "shards": [{"name": "shard-00000", "index": index_file}]}))
+            "settings": {"store": "codes"}, "index": index, "shards": [{"name": "shard-00000", "index": index_file}]}))
 
     cached(now, ann.CODES_FILE)
     assert cached_index_dir(tmp_path, "codes", encoder, "codes") == tmp_path / "codes"
+    # Trained in full before the size rule: what `training=full` builds, not what today's default does at this size.
+    cached(now, ann.CODES_FILE, training=None)
+    assert cached_index_dir(tmp_path, "codes", encoder, "codes", training="full") == tmp_path / "codes"
+    assert cached_index_dir(tmp_path, "codes", encoder, "codes").name.startswith("codes-")
+    cached(now, ann.CODES_FILE)
     cached("OPQ87_348,IVF1024,PQ87", ann.CODES_FILE)  # an older rule's choice
     old_rule = cached_index_dir(tmp_path, "codes", encoder, "codes")
     assert old_rule.name.startswith("codes-")

@@ -330,3 +330,28 @@ def test_stage_times_split_a_search_into_its_stages(tmp_path, tiny, hotpot_docs)
         with stage_times() as fused:
             s.search("a river in Europe", k=5, hybrid=True)
         assert set(fused) == {"encode", "stage 1", "stage 2", "fusion"}
+
+
+def test_a_small_corpus_trains_its_codec_quick_and_a_large_one_in_full(tmp_path, tiny, hotpot_docs, monkeypatch):
+    """The size rule (README): `auto` trains quick below QUICK_BELOW vectors
+    (k-means' sample, few OPQ refinements), in full from there; the manifest
+    records which; an asked training wins."""
+    from propdex.indexer import factory
+
+    assert [factory.training("auto", n) for n in (60_000, factory.QUICK_BELOW - 1, factory.QUICK_BELOW)] == ["quick", "quick", "full"]
+    assert factory.training("full", 1000) == "full" and factory.training("quick", 10**9) == "quick"
+    with pytest.raises(ValueError, match="training must be one of"):
+        factory.training("fast", 1000)
+    assert factory.training_size("OPQ8,IVF512,PQ8", 10**6, "quick") == 40 * 512
+    assert factory.training_size("OPQ8,IVF16,PQ8", 10**6, "quick") == 40 * 256  # an 8-bit PQ's 256 centroids
+    assert factory.training_size("OPQ8,IVF512,PQ8", 10**6, "full") == 65_536
+    assert factory.training_size("OPQ8,IVF512,PQ8", 5_000, "full") == 5_000
+    trained = []
+    real = ann.train
+    monkeypatch.setattr(ann, "train", lambda f, sample, iterations=None: trained.append((len(sample), iterations)) or real(f, sample, iterations))
+    for name, asked in (("auto", "auto"), ("full", "full")):
+        _, m = build(tmp_path, tiny, hotpot_docs, name=name, factory="OPQ8,IVF16,PQ8", store="float16", training=asked)
+        n = m["counts"]["vectors"]
+        assert m["settings"]["training"] == asked and m["index"]["training"] == ("quick" if asked == "auto" else "full")
+        assert m["index"]["trained_on"] == (min(n, 40 * 256) if asked == "auto" else min(n, 65_536))
+    assert [t[1] for t in trained] == [factory.OPQ_ITERATIONS["quick"], factory.OPQ_ITERATIONS["full"]]
