@@ -25,15 +25,22 @@ specials included), projected by the Dense layers. `tokens` then makes the
 vectors PyLate makes; the specials' vectors count for the document and
 never for a sentence.
 
-What propdex cannot follow (colbert-ai checkpoints, a module of another
-kind, scoring by the dot product of unnormalised vectors) is a one-line
-error naming what it met, never a silent fallback. A directory without a
+A colbert-ai checkpoint (`artifact.metadata`, `HF_ColBERT`) is the same
+reading with its own names: markers [unused0]/[unused1], query_maxlen,
+doc_maxlen, attend_to_mask_tokens, punctuation masked from documents, and
+its `linear` projection (no bias) stored beside the transformer's weights.
+
+What propdex cannot follow (a module of another kind, scoring by the dot
+product of unnormalised vectors, colbert-ai's l2 similarity or flipr
+interaction) is a one-line error naming what it met, never a silent
+fallback. A directory without a
 recipe (a plain Hugging Face model) is read as before.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +56,9 @@ LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "m
                   "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 # Where sentence-transformers looks for a document's prompt, in turn (encode_document).
 DOCUMENT_PROMPTS = ("document", "passage", "corpus")
+# colbert-ai's ColBERTConfig defaults for what changes its vectors, for a checkpoint saved without artifact.metadata.
+COLBERT_AI_DEFAULTS = {"query_token_id": "[unused0]", "doc_token_id": "[unused1]", "query_maxlen": 32, "doc_maxlen": 220,
+                       "attend_to_mask_tokens": False, "mask_punctuation": True, "similarity": "cosine", "interaction": "colbert"}
 
 
 @dataclass(frozen=True)
@@ -171,8 +181,7 @@ def read_recipe(source: Path) -> Recipe:
     what propdex cannot follow."""
     config = _json(source / "config.json") or {}
     if (source / "artifact.metadata").is_file() or "HF_ColBERT" in (config.get("architectures") or []):
-        raise ValueError(f"{source} is a colbert-ai checkpoint (a linear projection and [unused0]/[unused1] markers): "
-                         "propdex cannot follow its recipe yet, and would make vectors colbert-ai does not")
+        return _colbert_ai(source)
     modules = _json(source / "modules.json")
     if modules is None:
         return Recipe()
@@ -230,6 +239,26 @@ def _pylate(source: Path, modules: list[dict[str, Any]], st_config: dict[str, An
     return Recipe("pylate", pooling=(), dense=tuple(dense), normalize=True, late=late)
 
 
+def _colbert_ai(source: Path) -> Recipe:
+    """A colbert-ai checkpoint: the transformer's states through its `linear`
+    projection (no bias), read as its Checkpoint reads them. Its settings are
+    in `artifact.metadata` (a ColBERTConfig); a checkpoint saved without one
+    gets colbert-ai's defaults, as the library gives it."""
+    meta = {**COLBERT_AI_DEFAULTS, **(_json(source / "artifact.metadata") or {})}
+    if meta["similarity"] != "cosine" or meta["interaction"] != "colbert":
+        raise ValueError(f"{source} is a colbert-ai checkpoint scored by {meta['similarity']} similarity and {meta['interaction']} "
+                         "interaction: propdex cannot follow it (it scores by MaxSim over unit vectors: cosine, colbert)")
+    weight = _tensor(source, "linear.weight")
+    if weight is None:
+        raise ValueError(f"{source} is a colbert-ai checkpoint without linear.weight: the checkpoint is damaged")
+    late = LateInteraction(
+        meta["query_token_id"], meta["doc_token_id"], int(meta["query_maxlen"]), int(meta["doc_maxlen"]),
+        expansion=True,  # colbert-ai always pads a query with [MASK]s to query_maxlen
+        attend_to_expansion=bool(meta["attend_to_mask_tokens"]),
+        skiplist=tuple(string.punctuation) if meta["mask_punctuation"] else ())
+    return Recipe("colbert-ai", pooling=(), dense=(DenseLayer(weight.float(), None, "Identity"),), normalize=True, late=late)
+
+
 def _pooling(folder: Path) -> tuple[tuple[str, ...], bool]:
     config = _json(folder / "config.json") or {}
     mode = config.get("pooling_mode")
@@ -246,21 +275,24 @@ def _dense(folder: Path) -> DenseLayer:
     module, _, name = path.rpartition(".")
     if not module.startswith("torch.nn") or not isinstance(getattr(torch.nn, name, None), type):
         raise ValueError(f"{folder}: activation {path!r} is not one of torch.nn's, and propdex runs no checkpoint's own code")
-    state = _state(folder)
-    weight = state.get("linear.weight")
+    weight, bias = _tensor(folder, "linear.weight"), _tensor(folder, "linear.bias")
     if weight is None:
         raise ValueError(f"{folder}: a Dense module without linear.weight: the checkpoint is damaged")
-    return DenseLayer(weight.float(), state["linear.bias"].float() if "linear.bias" in state else None, name)
+    return DenseLayer(weight.float(), None if bias is None else bias.float(), name)
 
 
-def _state(folder: Path) -> dict[str, torch.Tensor]:
+def _tensor(folder: Path, key: str) -> torch.Tensor | None:
+    """One tensor of the weights in `folder` (None where they lack it), read
+    alone: a colbert-ai checkpoint keeps its projection beside the whole
+    transformer."""
     if (folder / "model.safetensors").is_file():
-        from safetensors.torch import load_file
+        from safetensors import safe_open
 
-        return load_file(str(folder / "model.safetensors"))
+        with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+            return f.get_tensor(key) if key in f.keys() else None
     if (folder / "pytorch_model.bin").is_file():
-        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise ValueError(f"{folder}: a Dense module without weights (model.safetensors or pytorch_model.bin)")
+        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True, mmap=True).get(key)
+    raise ValueError(f"{folder}: no weights (model.safetensors or pytorch_model.bin)")
 
 
 def _json(path: Path) -> Any:

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sysconfig
+import venv
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -136,6 +141,88 @@ def test_rankings_over_scifact_equal_pylate_own(pylate_model, tmp_path):
     flat, owner = np.concatenate(stored), np.repeat(np.arange(len(docs)), lengths)
     want = []
     for q in theirs.encode(queries, is_query=True):
+        best = np.full((len(docs), len(q)), -np.inf, dtype=np.float32)
+        np.maximum.at(best, owner, flat @ q.T)
+        want.append([docs[j].id for j in np.argsort(-best.sum(1), kind="stable")[:10]])
+    index = propdex.Index.create(tmp_path / "idx", encoder, store="float16")
+    index.add({"id": d.id, "text": d.text} for d in docs)
+    got = [[h.doc_id for h in hits] for hits in index.search_batch(queries, k=10, candidates=1000, rerank=1000)]
+    index.close()
+    assert len(docs) == 1000 and sum(g == w for g, w in zip(got, want)) == 300
+
+
+INTEROP = Path(__file__).parent / "interop"
+
+
+@pytest.fixture(scope="module")
+def colbert_ai(tmp_path_factory):
+    """colbert-ai in an environment of its own (tests/interop/colbert_ai.txt says why), and a checkpoint it makes
+    from MiniLM: [unused0]/[unused1] markers, a 128-d projection, queries expanded to 32 positions, documents cut
+    at 300 (past the 256 MiniLM was saved with) with punctuation masked. Returns the checkpoint and a function
+    that runs colbert-ai's own Checkpoint on texts (queries, documents) and gives back its vectors."""
+    root = tmp_path_factory.mktemp("colbert-ai")
+    env = root / "env"
+    venv.create(env, with_pip=True)
+    python = env / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    # The run's own packages (torch above all) come after the environment's pins, which win.
+    ours = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    (Path(site) / "propdex-test-run.pth").write_text("\n".join(sorted(ours)) + "\n")
+    pip = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "-r", INTEROP / "colbert_ai.txt"],
+                         capture_output=True, text=True)
+    if pip.returncode:
+        pytest.skip(f"colbert-ai could not be installed beside transformers 4: {pip.stderr.strip().splitlines()[-1:]}")
+    script = INTEROP / "colbert_ai_reference.py"
+    offline = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+    def run(*args):
+        done = subprocess.run([python, script, *map(str, args)], capture_output=True, text=True, env=offline, cwd=root)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    checkpoint = root / "checkpoint"
+    run("make", resolve_backbone("sentence-transformers/all-MiniLM-L6-v2"), checkpoint)
+
+    def encode(queries=(), documents=()):
+        texts, out = root / "texts.json", root / "vectors.npz"
+        texts.write_text(json.dumps({"queries": list(queries), "documents": list(documents)}))
+        run("encode", checkpoint, texts, out)
+        with np.load(out) as got:
+            return {k: got[k] for k in got.files}
+
+    return checkpoint, encode
+
+
+def test_tokens_makes_the_vectors_colbert_ai_makes(colbert_ai):
+    checkpoint, theirs = colbert_ai
+    ours = load_encoder("tokens", backbone=str(checkpoint), device="cpu", title=False)
+    late = ours.config()["recipe"]["late"]
+    assert ours.dim == 128 and ours.config()["recipe"]["library"] == "colbert-ai"
+    assert (late["query_marker"], late["document_marker"], late["query_length"], late["document_length"]) == ("[unused0]", "[unused1]", 32, 300)
+    want = theirs(QUERIES, DOCS)
+    got = ours.encode_queries(QUERIES)
+    assert want["queries"].shape == (3, 32, 128)
+    for w, g in zip(want["queries"], got):
+        assert np.abs(w - g.vectors).max() < 1e-5
+    flat = np.concatenate([ours.encode(ours.passages(Document("d", t)))[0].vectors for t in DOCS])
+    assert want["documents"].shape == flat.shape and np.abs(want["documents"] - flat).max() < 1e-5
+    with pytest.raises(ValueError, match="index it with tokens"):
+        load_encoder("single", backbone=str(checkpoint), device="cpu")
+
+
+def test_rankings_over_scifact_equal_colbert_ai_own(colbert_ai, tmp_path):
+    """As for PyLate: 300 SciFact queries over 1,000 abstracts that fit the checkpoint's 300 positions, every
+    document re-scored; propdex's top 10 is the MaxSim top 10 of colbert-ai's own vectors (held at float16)."""
+    checkpoint, theirs = colbert_ai
+    encoder = load_encoder("tokens", backbone=str(checkpoint), device="cpu", title=False)
+    fits = (d for d in read_corpus([SCIFACT / "corpus.jsonl"]) if len(encoder.passages(Document(d.id, d.text))) == 1)
+    docs = list(itertools.islice(fits, 1000))
+    queries = [json.loads(line)["text"] for line in itertools.islice(open(SCIFACT / "queries.jsonl"), 300)]
+    want_vectors = theirs(queries, [d.text for d in docs])
+    flat = want_vectors["documents"].astype(np.float16).astype(np.float32)
+    owner = np.repeat(np.arange(len(docs)), want_vectors["doclens"])
+    want = []
+    for q in want_vectors["queries"]:
         best = np.full((len(docs), len(q)), -np.inf, dtype=np.float32)
         np.maximum.at(best, owner, flat @ q.T)
         want.append([docs[j].id for j in np.argsort(-best.sum(1), kind="stable")[:10]])

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from transformers import BertModel
 
 from propdex.cli import main
 from propdex.encoders import Backbone, Document, load_encoder
 from propdex.encoders.recipe import Recipe
 
 
-def _checkpoint(tmp_path, tiny_dir, name, modules=None, pooling=None, st_config=None, config=None, files=()):
+def _checkpoint(tmp_path, tiny_dir, name, modules=None, pooling=None, st_config=None, config=None, files=None):
     out = tmp_path / name
     shutil.copytree(tiny_dir, out)
     if modules is not None:
@@ -25,8 +26,8 @@ def _checkpoint(tmp_path, tiny_dir, name, modules=None, pooling=None, st_config=
         (out / "config_sentence_transformers.json").write_text(json.dumps(st_config))
     if config is not None:
         (out / "config.json").write_text(json.dumps({**json.loads((out / "config.json").read_text()), **config}))
-    for f in files:
-        (out / f).write_text("{}")
+    for f, content in (files or {}).items():
+        (out / f).write_text(json.dumps(content))
     return out
 
 
@@ -91,7 +92,9 @@ def test_a_recipe_with_cls_pooling_a_dense_layer_and_prompts_is_followed(tmp_pat
              "st_config": {"similarity_fn_name": "dot"}}, "dot product of unnormalised vectors"),
     ("pylate", {"modules": [("", ST + "Transformer"), ("1_Pooling", ST + "Pooling")], "pooling": MEAN,
                 "st_config": {"query_prefix": "[Q] ", "document_prefix": "[D] "}}, "PyLate ColBERT checkpoint with a Pooling module"),
-    ("colbert", {"config": {"architectures": ["HF_ColBERT"]}, "files": ["artifact.metadata"]}, "colbert-ai checkpoint"),
+    ("colbert-l2", {"config": {"architectures": ["HF_ColBERT"]}, "files": {"artifact.metadata": {"similarity": "l2"}}},
+     "colbert-ai checkpoint scored by l2 similarity"),
+    ("colbert-flipr", {"files": {"artifact.metadata": {"interaction": "flipr"}}}, "colbert-ai checkpoint scored by .* flipr interaction"),
 ])
 def test_a_recipe_propdex_cannot_follow_is_refused_by_name(tmp_path, tiny_dir, capsys, name, kwargs, message):
     path = _checkpoint(tmp_path, tiny_dir, name, **kwargs)
@@ -103,6 +106,34 @@ def test_a_recipe_propdex_cannot_follow_is_refused_by_name(tmp_path, tiny_dir, c
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and ("cannot follow" in err or "pools by" in err)
     assert not (tmp_path / "idx" / "manifest.json").exists()
+
+
+def _with_linear(path, dim=16):
+    state = load_file(str(path / "model.safetensors"))
+    save_file({**{f"bert.{k}": v for k, v in state.items()}, "linear.weight": torch.randn(dim, 32)}, str(path / "model.safetensors"))
+    return path
+
+
+def test_a_colbert_ai_checkpoint_loads_with_its_settings_or_colbert_ais_defaults(tmp_path, tiny_dir):
+    """artifact.metadata's lengths, markers and masking are followed; a checkpoint saved without it reads as
+    colbert-ai reads one, with ColBERTConfig's defaults; the transformer's weights load from under `bert.`."""
+    meta = {"query_maxlen": 24, "doc_maxlen": 100, "attend_to_mask_tokens": True, "mask_punctuation": False, "dim": 16}
+    given = _with_linear(_checkpoint(tmp_path, tiny_dir, "given", config={"architectures": ["HF_ColBERT"]}, files={"artifact.metadata": meta}))
+    backbone = Backbone.load(str(given), device="cpu")
+    late = backbone.recipe.late
+    assert backbone.recipe.library == "colbert-ai" and backbone.recipe.token_dim(32) == 16
+    assert (late.query_marker, late.query_length, late.document_length, late.attend_to_expansion, late.skiplist) == ("[unused0]", 24, 100, True, ())
+    plain = BertModel.from_pretrained(str(tiny_dir))
+    assert torch.equal(backbone.model.embeddings.word_embeddings.weight, plain.embeddings.word_embeddings.weight)
+    tokens = load_encoder("tokens", backbone=str(given), device="cpu", title=False)
+    query = tokens.encode_queries(["who wrote it?"])[0]
+    assert query.vectors.shape == (24, 16) and np.allclose(np.linalg.norm(query.vectors, axis=1), 1, atol=1e-5)
+    bare = _with_linear(_checkpoint(tmp_path, tiny_dir, "bare", config={"architectures": ["HF_ColBERT"]}))
+    late = Backbone.load(str(bare), device="cpu").recipe.late
+    assert (late.document_marker, late.query_length, late.document_length, late.attend_to_expansion) == ("[unused1]", 32, 220, False)
+    assert "," in late.skiplist and "." in late.skiplist
+    with pytest.raises(ValueError, match="without linear.weight: the checkpoint is damaged"):
+        Backbone.load(str(_checkpoint(tmp_path, tiny_dir, "damaged", files={"artifact.metadata": {}})), device="cpu")
 
 
 def test_a_dense_layer_whose_activation_is_not_torchs_is_refused(tmp_path, tiny_dir):
