@@ -75,9 +75,7 @@ def test_rankings_over_scifact_equal_sentence_transformers_own(st_models, tmp_pa
 
     path = str(st_models["cls-dense-prompts"])
     encoder = load_encoder("single", backbone=path, device="cpu", title=False)
-    fits = (d for d in read_corpus([SCIFACT / "corpus.jsonl"]) if len(encoder.passages(Document(d.id, d.text))) == 1)
-    docs = list(itertools.islice(fits, 1000))
-    queries = [json.loads(line)["text"] for line in itertools.islice(open(SCIFACT / "queries.jsonl"), 300)]
+    docs, queries = _scifact_slice(encoder)
     theirs = SentenceTransformer(path, device="cpu")
     # The library's own vectors, the documents' held at the index's float16 (near-ties would swap otherwise).
     stored = theirs.encode_document([d.text for d in docs], normalize_embeddings=True).astype(np.float16).astype(np.float32)
@@ -132,15 +130,30 @@ def test_rankings_over_scifact_equal_pylate_own(pylate_model, tmp_path):
     from pylate import models
 
     encoder = load_encoder("tokens", backbone=str(pylate_model), device="cpu", title=False)
-    fits = (d for d in read_corpus([SCIFACT / "corpus.jsonl"]) if len(encoder.passages(Document(d.id, d.text))) == 1)
-    docs = list(itertools.islice(fits, 1000))
-    queries = [json.loads(line)["text"] for line in itertools.islice(open(SCIFACT / "queries.jsonl"), 300)]
+    docs, queries = _scifact_slice(encoder)
     theirs = models.ColBERT(model_name_or_path=str(pylate_model), device="cpu")
-    stored = [d.astype(np.float16).astype(np.float32) for d in theirs.encode([d.text for d in docs], is_query=False, batch_size=64)]
-    lengths = np.array([len(d) for d in stored])
-    flat, owner = np.concatenate(stored), np.repeat(np.arange(len(docs)), lengths)
+    stored = theirs.encode([d.text for d in docs], is_query=False, batch_size=64)
+    agree = _rankings_agree(encoder, docs, queries, theirs.encode(queries, is_query=True), np.concatenate(stored),
+                            [len(d) for d in stored], tmp_path)
+    assert len(docs) == 1000 and agree == 300
+
+
+def _scifact_slice(encoder):
+    """The first 1,000 SciFact abstracts that fit one of the encoder's windows (a library truncates a longer one,
+    propdex reads all of it), and the first 300 queries."""
+    fits = (d for d in read_corpus([SCIFACT / "corpus.jsonl"]) if len(encoder.passages(Document(d.id, d.text))) == 1)
+    queries = [json.loads(line)["text"] for line in itertools.islice(open(SCIFACT / "queries.jsonl"), 300)]
+    return list(itertools.islice(fits, 1000)), queries
+
+
+def _rankings_agree(encoder, docs, queries, query_vectors, flat, doclens, tmp_path) -> int:
+    """On how many queries propdex's index, every document re-scored, returns the MaxSim top 10 of a library's own
+    vectors (`flat`: the documents' concatenated, `doclens` each one's count; held at the index's float16), in
+    their order."""
+    flat = np.asarray(flat).astype(np.float16).astype(np.float32)
+    owner = np.repeat(np.arange(len(docs)), doclens)
     want = []
-    for q in theirs.encode(queries, is_query=True):
+    for q in query_vectors:
         best = np.full((len(docs), len(q)), -np.inf, dtype=np.float32)
         np.maximum.at(best, owner, flat @ q.T)
         want.append([docs[j].id for j in np.argsort(-best.sum(1), kind="stable")[:10]])
@@ -148,8 +161,7 @@ def test_rankings_over_scifact_equal_pylate_own(pylate_model, tmp_path):
     index.add({"id": d.id, "text": d.text} for d in docs)
     got = [[h.doc_id for h in hits] for hits in index.search_batch(queries, k=10, candidates=1000, rerank=1000)]
     index.close()
-    assert len(docs) == 1000 and sum(g == w for g, w in zip(got, want)) == 300
-
+    return sum(g == w for g, w in zip(got, want))
 
 INTEROP = Path(__file__).parent / "interop"
 
@@ -215,19 +227,7 @@ def test_rankings_over_scifact_equal_colbert_ai_own(colbert_ai, tmp_path):
     document re-scored; propdex's top 10 is the MaxSim top 10 of colbert-ai's own vectors (held at float16)."""
     checkpoint, theirs = colbert_ai
     encoder = load_encoder("tokens", backbone=str(checkpoint), device="cpu", title=False)
-    fits = (d for d in read_corpus([SCIFACT / "corpus.jsonl"]) if len(encoder.passages(Document(d.id, d.text))) == 1)
-    docs = list(itertools.islice(fits, 1000))
-    queries = [json.loads(line)["text"] for line in itertools.islice(open(SCIFACT / "queries.jsonl"), 300)]
-    want_vectors = theirs(queries, [d.text for d in docs])
-    flat = want_vectors["documents"].astype(np.float16).astype(np.float32)
-    owner = np.repeat(np.arange(len(docs)), want_vectors["doclens"])
-    want = []
-    for q in want_vectors["queries"]:
-        best = np.full((len(docs), len(q)), -np.inf, dtype=np.float32)
-        np.maximum.at(best, owner, flat @ q.T)
-        want.append([docs[j].id for j in np.argsort(-best.sum(1), kind="stable")[:10]])
-    index = propdex.Index.create(tmp_path / "idx", encoder, store="float16")
-    index.add({"id": d.id, "text": d.text} for d in docs)
-    got = [[h.doc_id for h in hits] for hits in index.search_batch(queries, k=10, candidates=1000, rerank=1000)]
-    index.close()
-    assert len(docs) == 1000 and sum(g == w for g, w in zip(got, want)) == 300
+    docs, queries = _scifact_slice(encoder)
+    vectors = theirs(queries, [d.text for d in docs])
+    agree = _rankings_agree(encoder, docs, queries, vectors["queries"], vectors["documents"], vectors["doclens"], tmp_path)
+    assert len(docs) == 1000 and agree == 300
