@@ -291,7 +291,11 @@ def _tensor(folder: Path, key: str) -> torch.Tensor | None:
         with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
             return f.get_tensor(key) if key in f.keys() else None
     if (folder / "pytorch_model.bin").is_file():
-        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True, mmap=True).get(key)
+        try:  # memory-mapped where the file is torch's zip format, read whole where it is older
+            state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError:
+            state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        return state.get(key)
     raise ValueError(f"{folder}: no weights (model.safetensors or pytorch_model.bin)")
 
 

@@ -108,9 +108,16 @@ def test_a_recipe_propdex_cannot_follow_is_refused_by_name(tmp_path, tiny_dir, c
     assert not (tmp_path / "idx" / "manifest.json").exists()
 
 
-def _with_linear(path, dim=16):
+def _with_linear(path, dim=16, legacy_bin=False):
+    """The tiny model as colbert-ai saves a checkpoint: the transformer under `bert.`, the projection beside it;
+    `legacy_bin`: as pytorch_model.bin in torch's pre-zip format (older checkpoints)."""
     state = load_file(str(path / "model.safetensors"))
-    save_file({**{f"bert.{k}": v for k, v in state.items()}, "linear.weight": torch.randn(dim, 32)}, str(path / "model.safetensors"))
+    state = {**{f"bert.{k}": v for k, v in state.items()}, "linear.weight": torch.randn(dim, 32)}
+    if legacy_bin:
+        (path / "model.safetensors").unlink()
+        torch.save(state, path / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    else:
+        save_file(state, str(path / "model.safetensors"))
     return path
 
 
@@ -128,7 +135,7 @@ def test_a_colbert_ai_checkpoint_loads_with_its_settings_or_colbert_ais_defaults
     tokens = load_encoder("tokens", backbone=str(given), device="cpu", title=False)
     query = tokens.encode_queries(["who wrote it?"])[0]
     assert query.vectors.shape == (24, 16) and np.allclose(np.linalg.norm(query.vectors, axis=1), 1, atol=1e-5)
-    bare = _with_linear(_checkpoint(tmp_path, tiny_dir, "bare", config={"architectures": ["HF_ColBERT"]}))
+    bare = _with_linear(_checkpoint(tmp_path, tiny_dir, "bare", config={"architectures": ["HF_ColBERT"]}), legacy_bin=True)
     late = Backbone.load(str(bare), device="cpu").recipe.late
     assert (late.document_marker, late.query_length, late.document_length, late.attend_to_expansion) == ("[unused1]", 32, 220, False)
     assert "," in late.skiplist and "." in late.skiplist
