@@ -33,8 +33,8 @@ its `linear` projection (no bias) stored beside the transformer's weights.
 What propdex cannot follow (a module of another kind, scoring by the dot
 product of unnormalised vectors, colbert-ai's l2 similarity or flipr
 interaction) is a one-line error naming what it met, never a silent
-fallback. A directory without a
-recipe (a plain Hugging Face model) is read as before.
+fallback. A directory without a recipe (a plain Hugging Face model) is
+read as before.
 """
 from __future__ import annotations
 
