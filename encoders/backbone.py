@@ -10,6 +10,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -45,16 +46,21 @@ def resolve_backbone(name: str) -> Path | str:
     return name
 
 
-def _from_pretrained(source: str, local_only: bool, recipe: Recipe = Recipe("")) -> tuple[Any, Any]:
+def _from_pretrained(source: str, local_only: bool) -> tuple[Any, Any]:
     tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, local_files_only=local_only)
-    if recipe.library != "colbert-ai":
-        return tokenizer, AutoModel.from_pretrained(source, local_files_only=local_only)
-    # colbert-ai keeps its projection (`linear`) beside the transformer's weights; the recipe reads it,
-    # so transformers' report of a weight the bare transformer leaves unused tells the user nothing.
+    return tokenizer, AutoModel.from_pretrained(source, local_files_only=local_only)
+
+
+@contextlib.contextmanager
+def _errors_only() -> Iterator[None]:
+    """transformers logs only errors inside. A colbert-ai checkpoint keeps
+    its projection (`linear`) beside the transformer's weights; the recipe
+    reads it, so transformers' report of a weight the bare transformer
+    leaves unused would tell the user nothing."""
     verbosity = transformers.utils.logging.get_verbosity()
     transformers.utils.logging.set_verbosity_error()
     try:
-        return tokenizer, AutoModel.from_pretrained(source, local_files_only=local_only)
+        yield
     finally:
         transformers.utils.logging.set_verbosity(verbosity)
 
@@ -107,13 +113,14 @@ class Backbone:
         check_runtime(runtime, dev)
         transformers.utils.logging.disable_progress_bar()  # one bar per build is ours to show
         try:
-            tokenizer, model = _from_pretrained(str(source), local_only=True, recipe=recipe)
+            with _errors_only() if recipe.library == "colbert-ai" else contextlib.nullcontext():
+                tokenizer, model = _from_pretrained(str(source), local_only=True)
         except OSError as e:
             if local_only or isinstance(source, Path):
                 where = "a local model directory that cannot be read" if isinstance(source, Path) else "not in the Hugging Face cache"
                 raise ValueError(f"cannot load backbone {name!r} (from {source}): {where} ({e.__class__.__name__})") from None
             try:
-                tokenizer, model = _from_pretrained(str(source), local_only=False, recipe=recipe)
+                tokenizer, model = _from_pretrained(str(source), local_only=False)
             except OSError as e:
                 raise ValueError(
                     f"cannot load backbone {name!r}: not a local model directory, not in the Hugging Face cache, "
