@@ -414,7 +414,10 @@ def test_shards_that_share_a_codec_search_as_one_index_of_the_same_codes(pair, m
                     got[i].add((base[s] + two.shards[s].store.offsets[docs[i, j]] + at[i, j], round(float(scores[i, j]), 4)))
             want_scores, want_ids = ann.search(whole, q, 20, 4, allowed)
             want = [{(int(v), round(float(sc), 4)) for v, sc in zip(ids, sc_row) if v >= 0} for ids, sc_row in zip(want_ids, want_scores)]
-            assert got == want and all(len(g) == 20 for g in got)
+            for g, w in zip(got, want):
+                # Every hit of the one index, and past them only vectors tied with its 20th (ties are kept).
+                cut = min(sc for _, sc in w)
+                assert len(w) == 20 and w <= g and all(sc == cut for _, sc in g - w)
         assert len(alone) == 2  # the reference's two searches: neither shard searched alone
         del assigned[:]
         assert two.search_batch(QUERIES, k=10)
