@@ -98,9 +98,10 @@ def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: st
             any(s["index"] and not ann.holds_codes(s["index"]) for s in manifest["shards"])
             or "vector_norm" not in manifest["index"]):  # codes decoded unscaled
         now["codes"] = ann.CODES_FILE
-    if built and "IVF" in built and manifest["index"]["backend"] == "faiss" and store != "binary" and (
-            manifest["index"].get("training", "full") != ann.training(training, manifest["counts"]["vectors"])):
-        now["training"] = ann.training(training, manifest["counts"]["vectors"])  # trained before the size rule, or under another
+    if built and "IVF" in built and manifest["index"]["backend"] == "faiss" and store != "binary":
+        effort = ann.training(training, manifest["counts"]["vectors"])
+        if manifest["index"].get("training", "full") != effort:
+            now["training"] = effort  # trained before the size rule, or under another
     if store_of(manifest) != store:  # built with the other store (the default before codes)
         now["store"] = store
     if recorded_config(manifest["encoder"]) != encoder.config() or now:

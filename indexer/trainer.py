@@ -60,29 +60,34 @@ def train(factory: str, sample: np.ndarray, opq_iterations: int | None = None) -
     return index
 
 
+def _opq_matrices(index: faiss.Index) -> list[faiss.OPQMatrix]:
+    """The OPQ rotations in front of an index (none without a pre-transform)."""
+    typed = faiss.downcast_index(index)
+    if not isinstance(typed, faiss.IndexPreTransform):
+        return []
+    chain = [faiss.downcast_VectorTransform(typed.chain.at(i)) for i in range(typed.chain.size())]
+    return [t for t in chain if isinstance(t, faiss.OPQMatrix)]
+
+
 def _rotate_for_the_codes(index: faiss.Index) -> None:
     """An OPQ rotation in front of 4-bit PQ codes is trained for them: FAISS
     trains it against 8-bit codes of as many sub-quantizers unless given the
     PQ to train against, at 16 times the centroids each."""
     typed = faiss.downcast_index(index)
-    if not isinstance(typed, faiss.IndexPreTransform) or typed.chain.size() != 1:
+    opqs = _opq_matrices(index)
+    if len(opqs) != 1 or typed.chain.size() != 1:
         return
-    opq = faiss.downcast_VectorTransform(typed.chain.at(0))
-    inner = faiss.downcast_index(typed.index)
-    if isinstance(opq, faiss.OPQMatrix) and _four_bit(inner) and opq.M == inner.pq.M:
+    opq, inner = opqs[0], faiss.downcast_index(typed.index)
+    if _four_bit(inner) and opq.M == inner.pq.M:
         target = faiss.ProductQuantizer(opq.d_out, opq.M, 4)
         opq.pq = target
         opq.referenced_objects = [target]  # OPQMatrix keeps a raw pointer
 
 
 def _refine(index: faiss.Index, iterations: int) -> None:
-    """Refine an OPQ rotation in front of the index `iterations` times."""
-    typed = faiss.downcast_index(index)
-    if isinstance(typed, faiss.IndexPreTransform):
-        for i in range(typed.chain.size()):
-            opq = faiss.downcast_VectorTransform(typed.chain.at(i))
-            if isinstance(opq, faiss.OPQMatrix):
-                opq.niter = iterations
+    """Refine the OPQ rotations in front of the index `iterations` times."""
+    for opq in _opq_matrices(index):
+        opq.niter = iterations
 
 
 def fill(trained: faiss.Index, chunks: Iterable[np.ndarray]) -> faiss.Index:
