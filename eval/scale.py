@@ -3,7 +3,8 @@
 Each point is `propdex index CORPUS --limit N --encoder E` run as its own
 process, exactly as a user runs it (its peak RSS is its own and is recorded
 in the manifest; a point whose index is already committed is measured, not
-rebuilt, so a killed curve resumes), then the same query texts searched one
+rebuilt, so a killed curve resumes; every point trains its codec in full, so
+the points differ only in size), then the same query texts searched one
 at a time with `threads` threads in a fresh process. Per point: documents,
 vectors, encode docs/s, build seconds, peak RSS, bytes all in per vector and
 per document, p50/p95 and the mean time a query spends in each stage of the search, and
@@ -47,7 +48,7 @@ def scale_curve(corpus: Path, sizes: list[int], encoders: list[str], queries: li
             if not _committed(out):
                 log.info("scale: building %s over the first %d documents of %s", name, n, corpus)
                 command = [sys.executable, "-m", "propdex", "-q", "index", str(corpus), "--encoder", name, "--limit", str(n), "--out", str(out),
-                           "--shard-docs", str(SCALE_SHARD_DOCS)]
+                           "--shard-docs", str(SCALE_SHARD_DOCS), "--training", "full"]
                 if subprocess.run(command).returncode:
                     raise RuntimeError(f"scale: {' '.join(command)} failed (its error is above)")
             point = {"encoder": name, "limit": n, "text_bytes": _text_bytes(corpus, n), **_build_figures(out),

@@ -75,18 +75,32 @@ def pack_units(units: Sequence[Unit]) -> tuple[np.ndarray, np.ndarray]:
 
 def unpack_units(doc_id: str, sentences: np.ndarray, packed: np.ndarray, which: Sequence[int] | None = None) -> list[Unit]:
     """The units of a document, or only those at positions `which` (in that order)."""
-    flat = packed.tolist()
-    starts, i = [], 0
-    for _ in range(len(sentences)):  # records are variable-length: walk the headers
-        starts.append(i)
-        i += 2 + 2 * flat[i + 1]
+    starts = _record_starts(packed, len(sentences))
     out = []
     for j in range(len(sentences)) if which is None else which:
-        s, n = starts[j], flat[starts[j] + 1]
-        spans = flat[s + 2 : s + 2 + 2 * n]
+        s = int(starts[j])
+        kind, n = packed[s : s + 2].tolist()
+        spans = packed[s + 2 : s + 2 + 2 * n].tolist()
         first, last = sentences[j].tolist()
-        out.append(Unit(doc_id, first, tuple(zip(spans[::2], spans[1::2])), Kind(flat[s]), last))
+        out.append(Unit(doc_id, first, tuple(zip(spans[::2], spans[1::2])), Kind(kind), last))
     return out
+
+
+def _record_starts(packed: np.ndarray, n: int) -> np.ndarray:
+    """Where each of the `n` unit records (kind, span count, spans) starts in
+    `packed`. Records are variable-length; where every unit has the same
+    number of spans (a token, a run of tokens: one each) they are found by
+    arithmetic, since a hit reads a few units of a document of thousands."""
+    if n and len(packed) % n == 0:
+        width = len(packed) // n
+        if width >= 2 and width % 2 == 0 and (packed[1::width] == (width - 2) // 2).all():
+            return np.arange(n, dtype=np.int64) * width
+    flat = packed.tolist()
+    starts, i = [], 0
+    for _ in range(n):  # walk the headers
+        starts.append(i)
+        i += 2 + 2 * flat[i + 1]
+    return np.asarray(starts, dtype=np.int64)
 
 
 @dataclass
@@ -304,27 +318,41 @@ class ShardStore:
             packed = np.frombuffer(txn.get(_key(b"unit/", ordinal)), dtype=np.int32)
         return unpack_units(doc_id, sentences, packed, which)
 
-    def vectors(self, ordinals: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(vectors, unit sentence ranges) of each document: float16 rows of
-        the stored array (views of the memory map), or float32 rows decoded
-        from the ANN index's codes in one call for all documents."""
-        ordinals = list(ordinals)
+    def unit_sentences(self, ordinals: Sequence[int]) -> list[np.ndarray]:
+        """Each document's (units, 2) first and last sentence of every unit."""
         with self.env.begin(buffers=True) as txn:
-            sentences = [np.frombuffer(txn.get(_key(b"sen/", o)), dtype=np.int32).reshape(-1, 2).copy() for o in ordinals]
-            if self._legacy:
-                return [(np.frombuffer(txn.get(_key(b"vec/", o)), dtype=np.float16).reshape(-1, self.dim).copy(), sen)
-                        for o, sen in zip(ordinals, sentences)]
+            return [np.frombuffer(txn.get(_key(b"sen/", o)), dtype=np.int32).reshape(-1, 2).copy() for o in ordinals]
+
+    def vectors(self, ordinals: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(vectors, unit sentence ranges) of each document (`vector_rows`, `unit_sentences`)."""
+        ordinals = list(ordinals)
+        return list(zip(self.vector_rows(ordinals), self.unit_sentences(ordinals)))
+
+    def vector_rows(self, ordinals: Sequence[int], rows: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        """Each document's vectors: float16 rows of the stored array (views
+        of the memory map), or float32 rows decoded from the ANN index's
+        codes in one call for all documents. With `rows`, document i's
+        vectors at the positions `rows[i]` only (None: all of them), in
+        their order: a decoded store decodes nothing else."""
+        ordinals = list(ordinals)
+        rows = list(rows) if rows is not None else [None] * len(ordinals)
+        if self._legacy:
+            with self.env.begin(buffers=True) as txn:
+                whole = [np.frombuffer(txn.get(_key(b"vec/", o)), dtype=np.float16).reshape(-1, self.dim) for o in ordinals]
+                return [(v if r is None else v[r]).copy() for v, r in zip(whole, rows)]
         starts, ends = self.offsets[ordinals], self.offsets[np.asarray(ordinals, dtype=np.int64) + 1]
         if self._array is not None:
-            return [(self._array[a:b], sen) for a, b, sen in zip(starts.tolist(), ends.tolist(), sentences)]
+            return [self._array[a:b] if r is None else self._array[a + r] for a, b, r in zip(starts.tolist(), ends.tolist(), rows)]
         if not self.info["vectors"]:
-            return [(np.zeros((0, self.decoded_dim), np.float16), sen) for sen in sentences]
+            return [np.zeros((0, self.decoded_dim), np.float16) for _ in ordinals]
         if self.decoder is None:
             raise ValueError(f"{self.path} keeps no vectors (store=codes): open it with its ANN index's decoder")
-        ids = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(starts.tolist(), ends.tolist())] or [np.zeros(0, np.int64)])
+        wanted = [np.arange(a, b, dtype=np.int64) if r is None else a + np.asarray(r, dtype=np.int64)
+                  for a, b, r in zip(starts.tolist(), ends.tolist(), rows)]
+        ids = np.concatenate(wanted or [np.zeros(0, np.int64)])
         flat = self.decoder(ids) if len(ids) else np.zeros((0, self.decoded_dim), np.float32)
-        bounds = np.concatenate([[0], np.cumsum(ends - starts)])
-        return [(flat[bounds[i] : bounds[i + 1]], sen) for i, sen in enumerate(sentences)]
+        bounds = np.concatenate([[0], np.cumsum([len(w) for w in wanted])]).astype(np.int64)
+        return [flat[bounds[i] : bounds[i + 1]] for i in range(len(wanted))]
 
     def iter_vectors(self, rows: int = 1 << 16) -> Iterator[np.ndarray]:
         """All vectors in vector-id order, about `rows` at a time (float32).
@@ -339,7 +367,7 @@ class ShardStore:
             return
         docs = max(1, rows // max(1, self.info["vectors"] // max(len(self), 1)))  # legacy or decoded: by documents
         for start in range(0, len(self), docs):
-            parts = [v for v, _ in self.vectors(range(start, min(start + docs, len(self))))]
+            parts = self.vector_rows(range(start, min(start + docs, len(self))))
             if parts:
                 yield np.concatenate(parts).astype(np.float32)
 

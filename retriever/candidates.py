@@ -139,6 +139,24 @@ def best_documents(m: int, hits: Sequence[tuple[int, np.ndarray, np.ndarray, np.
     return docs[np.argsort(-approx, kind="stable")[:n]]
 
 
+def hit_units(hits: Sequence[tuple[int, np.ndarray, np.ndarray, np.ndarray]], keys: np.ndarray) -> dict[int, np.ndarray]:
+    """For each document of `keys` that a hit fell in, the sorted positions
+    of its units that were hit: stage 2 scores the windows around them."""
+    key_parts, at_parts = [], []
+    for shard, _, d, at in hits:
+        valid = d >= 0
+        key_parts.append((np.int64(shard) << 32) | d[valid])
+        at_parts.append(at[valid])
+    found = np.concatenate(key_parts) if key_parts else np.zeros(0, np.int64)
+    at_all = np.concatenate(at_parts) if at_parts else np.zeros(0, np.int64)
+    wanted = np.isin(found, keys)
+    found, at_all = found[wanted], at_all[wanted]
+    order = np.lexsort((at_all, found))
+    found, at_all = found[order], at_all[order]
+    starts = np.flatnonzero(np.r_[True, found[1:] != found[:-1]]) if len(found) else np.zeros(0, np.int64)
+    return {key: np.unique(part) for key, part in zip(found[starts].tolist(), np.split(at_all, starts[1:]))}
+
+
 def _floor(m: int, query_of: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """Each query vector's weakest hit over all shards: it bounds what the vector missed (0 where it has none)."""
     floor = np.full(m, np.inf, dtype=np.float32)
@@ -164,15 +182,16 @@ class CandidateGeneration:
         return best_over_shards(list(hits), per_vector)
 
     def candidates(self, vectors: np.ndarray, hits: Sequence[tuple[int, np.ndarray, np.ndarray, np.ndarray]], n: int, enough: int,
-                   per_vector: int, masks: Sequence[np.ndarray | None], window: int | None) -> np.ndarray:
-        """The `n` best documents for a query from its hits. Where a filter
-        left the probed lists too few allowed vectors to name `enough`
-        documents, every list is probed: a filter never starves a page."""
+                   per_vector: int, masks: Sequence[np.ndarray | None], window: int | None) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+        """The `n` best documents for a query from its hits, and the
+        positions of each one's units that the hits fell on (`hit_units`).
+        Where a filter left the probed lists too few allowed vectors to name
+        `enough` documents, every list is probed: a filter never starves a page."""
         chosen = best_documents(len(vectors), hits, n, window)
         if len(chosen) < enough and any(m is not None for m in masks):
-            wide = self.search(vectors, per_vector, EVERY_LIST, masks)
-            chosen = best_documents(len(vectors), [(s, *h) for s, h in enumerate(wide)], n, window)
-        return chosen
+            hits = [(s, *h) for s, h in enumerate(self.search(vectors, per_vector, EVERY_LIST, masks))]
+            chosen = best_documents(len(vectors), hits, n, window)
+        return chosen, hit_units(hits, chosen)
 
     def close(self) -> None:
         self._pool.shutdown()

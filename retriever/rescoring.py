@@ -5,13 +5,16 @@ Cross-Thought an attention softmax over the units of all candidates at
 once. A multi-vector query scores a document by its best window of
 consecutive sentences (`window` units, about a passage), as ColBERT
 retrieves passages: MaxSim over a whole article grows with its length.
+Only the windows that hold one of the query's stage-1 hits are decoded and
+scored (`hit_windows`; `all_windows=True` scores every window), so a long
+article costs stage 2 its hit windows, not its length.
 
 The scores are then aggregated to the level asked for: a row is a document,
 a sentence (the MaxSim of its units) or a unit.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +33,7 @@ class Candidate:
 
     shard: int
     ordinal: int
-    sim: np.ndarray  # (m, n) float32
+    sim: np.ndarray  # (m, n) float32; -inf for the units of windows stage 2 did not score
     unit_sentences: np.ndarray  # (n, 2)
     score: float
     tier: int = 0  # 1: past stage 1's first `rerank` documents, ranked after them
@@ -46,7 +49,7 @@ class Candidate:
 
 
 def rescore(shards: Sequence[Shard], q: np.ndarray, chosen: np.ndarray, n: int, exclude: set[str], *, blocks: int = 0,
-            first: int | None = None, window: int | None = None) -> list[Candidate]:
+            first: int | None = None, window: int | None = None, hit: Mapping[int, np.ndarray] | None = None) -> list[Candidate]:
     """The chosen documents (keys) scored exactly, best first, and the best
     `n` of them; documents whose id is in `exclude` are left out.
 
@@ -54,7 +57,10 @@ def rescore(shards: Sequence[Shard], q: np.ndarray, chosen: np.ndarray, n: int, 
     query vector). With `first`, `chosen` is in stage 1's order and its first
     `first` documents (once `exclude` is out) rank ahead of the rest, each
     group best first: a page is the same whatever k. With `window`, a
-    document scores as its best window's (scoring.window_maxsims)."""
+    document scores as its best window's (scoring.window_maxsims), and
+    with `hit` (a document's key -> the positions of its units that stage
+    1's hits fell on) only the windows that hold a hit are scored
+    (`hit_windows`)."""
     if blocks and len(q) != 1:
         raise ValueError(f"attention scoring takes one query vector, got {len(q)}")
     out: list[Candidate] = []
@@ -64,7 +70,7 @@ def rescore(shards: Sequence[Shard], q: np.ndarray, chosen: np.ndarray, n: int, 
         if rotate is not None and id(rotate) not in rotated:
             rotated[id(rotate)] = rotate(q)
         qs = q if rotate is None else rotated[id(rotate)]
-        out += _similarities(shards[shard], shard, qs, ordinals, exclude, blocks)
+        out += _similarities(shards[shard], shard, qs, ordinals, exclude, blocks, window, hit)
     if blocks and out:
         _attend(out)
     _score(out, window)
@@ -82,20 +88,48 @@ def _by_shard(keys: np.ndarray) -> dict[int, list[int]]:
     return out
 
 
-def _similarities(shard: Shard, s: int, qs: np.ndarray, ordinals: list[int], exclude: set[str], blocks: int) -> list[Candidate]:
+def _similarities(shard: Shard, s: int, qs: np.ndarray, ordinals: list[int], exclude: set[str], blocks: int,
+                  window: int | None = None, hit: Mapping[int, np.ndarray] | None = None) -> list[Candidate]:
     """Candidates of one shard (number `s`) with every query vector's
     similarities to their stored vectors (`qs`: the query in the shard's
-    decoded space), not yet scored."""
+    decoded space), not yet scored; with `window`, only the windows around
+    each document's `hit` units are decoded and multiplied."""
     store = shard.store
     if exclude:
         ordinals = [o for o in ordinals if store.document(o).id not in exclude]
-    stored = store.vectors(ordinals)
-    if not stored:
+    if not ordinals:
         return []
-    parts = [v for v, _ in stored]
+    sentences = store.unit_sentences(ordinals)
+    rows = [hit_windows(sen, hit.get((s << 32) | o), window) if window and hit is not None else None
+            for o, sen in zip(ordinals, sentences)]
+    parts = store.vector_rows(ordinals, rows)
     sims = scoring.block_logits(qs, np.concatenate(parts), blocks) if blocks else scoring.similarities(qs, parts)
     bounds = np.cumsum([0] + [len(v) for v in parts])
-    return [Candidate(s, o, sims[:, bounds[i] : bounds[i + 1]], sen, 0.0) for i, (o, (_, sen)) in enumerate(zip(ordinals, stored))]
+    return [Candidate(s, o, _spread(sims[:, bounds[i] : bounds[i + 1]], r, len(sen)), sen, 0.0)
+            for i, (o, sen, r) in enumerate(zip(ordinals, sentences, rows))]
+
+
+def hit_windows(unit_sentences: np.ndarray, hit: np.ndarray | None, window: int) -> np.ndarray | None:
+    """The positions of the units in the document's windows
+    (`scoring.sentence_windows`) that hold a `hit` unit; None for every unit
+    (no hit known, or every window hit). Stage 1 chose the document for its
+    hits, and a window where none of the query's vectors found a near
+    neighbour is seldom its best: on a long article, the windows that were
+    hit are a small part of what exact MaxSim would decode and multiply."""
+    if hit is None or not len(hit):
+        return None
+    groups, _ = scoring.sentence_windows(unit_sentences, window)
+    keep = np.flatnonzero(np.isin(groups, groups[hit[hit < len(groups)]]))
+    return None if len(keep) == len(groups) else keep
+
+
+def _spread(sim: np.ndarray, rows: np.ndarray | None, n: int) -> np.ndarray:
+    """(m, n) similarities from those of the units at `rows` (None: all n), -inf elsewhere."""
+    if rows is None:
+        return sim
+    out = np.full((sim.shape[0], n), -np.inf, dtype=np.float32)
+    out[:, rows] = sim
+    return out
 
 
 def _attend(cands: list[Candidate]) -> None:

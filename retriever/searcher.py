@@ -243,10 +243,11 @@ class Searcher:
             window = self._window(st) if len(q) > 1 else None
             if within is None:
                 with stage("stage 1"):
-                    chosen = self._stage1.candidates(q, stage1.query_rows(hits, rows), depths.rescored + len(skip), st.k + len(skip),
-                                                     depths.per_vector, masks, window)
+                    chosen, hit = self._stage1.candidates(q, stage1.query_rows(hits, rows), depths.rescored + len(skip), st.k + len(skip),
+                                                          depths.per_vector, masks, window)
                 with stage("stage 2"):
-                    cands = self._rescore(q, chosen, depths.rescored, skip, first=depths.first, window=window)
+                    cands = self._rescore(q, chosen, depths.rescored, skip, first=depths.first, window=window,
+                                          hit=None if st.all_windows else hit)
             else:
                 chosen = within[qi] if isinstance(within[qi], np.ndarray) else loading.locate(self.shards, within[qi], allowed)
                 with stage("stage 2"):
@@ -264,8 +265,9 @@ class Searcher:
         return self.window if st.window is None else st.window or None
 
     def _rescore(self, q: np.ndarray, chosen: np.ndarray, n: int, skip: set[str], first: int | None = None,
-                 window: int | None = None) -> list[Candidate]:
-        return rescoring.rescore(self.shards, q, chosen, n, skip, blocks=self.encoder.attention_blocks, first=first, window=window)
+                 window: int | None = None, hit: dict[int, np.ndarray] | None = None) -> list[Candidate]:
+        return rescoring.rescore(self.shards, q, chosen, n, skip, blocks=self.encoder.attention_blocks, first=first, window=window,
+                                 hit=hit)
 
     def _hybrid(self, text: str, q: np.ndarray, cands: list[Candidate], st: SearchSettings, skip: set[str], allowed: Allowed,
                 window: int | None) -> list[Hit]:

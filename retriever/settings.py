@@ -51,6 +51,8 @@ class SearchSettings:
     window: int | None = option(None, "a document scores by its best window of consecutive sentences of at most this "
                                       "many vectors (default: the encoder's passage; 0: the whole document, whose MaxSim "
                                       "favours long documents)")
+    all_windows: bool = option(False, "stage 2 scores every window of a candidate document, not only those that stage 1's "
+                                      "hits fell in (exact MaxSim over the whole document; slower on long documents)")
     where: Mapping[str, Any] | None = option(
         None, "keep documents whose metadata meets every condition: FIELD=VALUE (JSON: year=2021, tag='[\"a\",\"b\"]' "
               "for any of a list; else text), year>=2020, year<2024, team!=web, path^=/notes/ (a prefix); repeat to "

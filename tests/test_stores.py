@@ -422,3 +422,51 @@ def test_shards_that_share_a_codec_search_as_one_index_of_the_same_codes(pair, m
         del assigned[:]
         assert two.search_batch(QUERIES, k=10)
         assert len(assigned) == 1
+
+
+@pytest.mark.parametrize("name", ["float16", "codes4"])
+def test_stage_two_scores_exactly_the_windows_stage_one_hit(pair, name):
+    """By default stage 2 decodes and scores only a candidate's windows that
+    hold a stage-1 hit: there its similarities are exactly those of scoring
+    every window, elsewhere -inf, and a document's score is its exact best
+    window's wherever that window was hit (never more)."""
+    from propdex.retriever import rescoring, scoring
+    from propdex.retriever.candidates import query_rows
+
+    root, encoder = pair
+    window, skipped, decoded, total = 24, 0, 0, 0
+    with Searcher.load(root / name, encoder=encoder) as searcher:
+        shards, none = searcher.shards, [None] * len(searcher.shards)
+        for text in QUERIES:
+            q = encoder.encode_queries([text])[0].vectors
+            hits = searcher._stage1.search(q, 64, 4, none)
+            chosen, hit = searcher._stage1.candidates(q, query_rows(hits, slice(0, len(q))), 32, 10, 64, none, window)
+            fast = {c.key: c for c in rescoring.rescore(shards, q, chosen, 32, set(), window=window, hit=hit)}
+            exact = {c.key: c for c in rescoring.rescore(shards, q, chosen, 32, set(), window=window)}
+            assert fast.keys() == exact.keys() == set(chosen.tolist())
+            for key, c in fast.items():
+                groups, _ = scoring.sentence_windows(c.unit_sentences, window)
+                scored = np.isin(groups, groups[hit[key]])
+                assert np.isfinite(c.sim[:, scored]).all() and np.isneginf(c.sim[:, ~scored]).all()
+                np.testing.assert_allclose(c.sim[:, scored], exact[key].sim[:, scored], rtol=1e-6, atol=1e-6)
+                best = groups == int(np.argmax(scoring.group_maxsim(exact[key].sim, groups, groups.max() + 1)))
+                if scored[best].all():
+                    assert c.score == pytest.approx(exact[key].score, abs=1e-5)
+                assert c.score <= exact[key].score + 1e-5
+                skipped += int((~scored).any())
+                decoded, total = decoded + int(scored.sum()), total + len(scored)
+    assert skipped and decoded < total
+
+
+def test_unit_records_of_one_width_are_found_by_arithmetic_as_by_walking():
+    """A document's unit records are read at the same place whether every
+    unit has one span (found by arithmetic) or the widths differ (walked)."""
+    from propdex.encoders.units import Kind, Unit
+    from propdex.indexer.store import pack_units, unpack_units
+
+    uniform = [Unit("d", i // 3, ((i, i + 2),), Kind.TOKEN, i // 3) for i in range(9)]
+    mixed = uniform[:4] + [Unit("d", 1, ((0, 2), (5, 9)), Kind.TOKEN, 2), Unit("d", 2, (), Kind.TOKEN, 2)] + uniform[4:]
+    for units in (uniform, mixed):
+        sentences, packed = pack_units(units)
+        assert unpack_units("d", sentences, packed) == units
+        assert unpack_units("d", sentences, packed, [len(units) - 1, 0]) == [units[-1], units[0]]
