@@ -107,13 +107,65 @@ def _byte_codec(index: Any) -> "faiss.IndexIVFPQ | None":
     twice as fast as 4-bit ones, and stage 2 decodes every candidate."""
     if not _four_bit(index) or index.pq.M % 2:
         return None
-    pq = index.pq
-    book = faiss.vector_to_array(pq.centroids).reshape(pq.M, pq.ksub, pq.dsub)
-    byte = np.arange(256)
-    pairs = np.concatenate([book[0::2][:, byte & 15], book[1::2][:, byte >> 4]], axis=2)
-    codec = _on_quantizer_of(index, pq.M // 2, 8)  # the caller keeps `index` alive
-    faiss.copy_array_to_vector(np.ascontiguousarray(pairs, dtype=np.float32).ravel(), codec.pq.centroids)
+    codec = _on_quantizer_of(index, index.pq.M // 2, 8)  # the caller keeps `index` alive
+    faiss.copy_array_to_vector(_byte_book(index.pq).ravel(), codec.pq.centroids)
     return codec
+
+
+def _byte_book(pq: Any) -> np.ndarray:
+    """(bytes a code, 256, dimensions a byte) float32: the sub-vector each
+    value of each byte of a PQ code decodes to. An 8-bit code's byte is one
+    centroid; a 4-bit code's byte names a pair of centroids of adjacent
+    sub-quantizers, the first in its low half (as FAISS packs them)."""
+    book = faiss.vector_to_array(pq.centroids).reshape(pq.M, pq.ksub, pq.dsub)
+    if pq.nbits == 8:
+        return np.ascontiguousarray(book, dtype=np.float32)
+    byte = np.arange(256)
+    return np.ascontiguousarray(np.concatenate([book[0::2][:, byte & 15], book[1::2][:, byte >> 4]], axis=2), dtype=np.float32)
+
+
+class DeviceDecoder:
+    """Standalone IVF-PQ codes decoded by torch on `device` (a GPU): each
+    byte of a code is a row of one (bytes x 256) table of sub-vectors,
+    gathered, plus its list's centroid, then scaled to `norm` as `decoder`
+    scales them. Behind an orthonormal rotation the codes decode in the
+    rotated space, as `scoring_decoder`'s do (the query is rotated instead).
+    The rows' bytes are gathered from the memory-mapped codes on the CPU
+    (a code is about 100 bytes, its decoded vector 1.5 kB), so only codes
+    cross to the device, and the vectors never come back: stage 2
+    multiplies them there (`retriever.scoring.similarities`). Built once
+    per codec and shared by the shards whose codes it reads."""
+
+    def __init__(self, codec: Any, norm: float | None, device: "str | torch.device") -> None:
+        typed = faiss.downcast_index(codec)
+        if isinstance(typed, faiss.IndexPreTransform) and _rotation(typed) is None:
+            raise ValueError("a device decodes codes behind an orthonormal rotation only (OPQ's), not another transform")
+        inner = faiss.downcast_index(typed.index) if isinstance(typed, faiss.IndexPreTransform) else typed
+        if type(inner) is not faiss.IndexIVFPQ or inner.pq.nbits not in (4, 8) or (inner.pq.nbits == 4 and inner.pq.M % 2):
+            raise ValueError(f"a device decodes IVF-PQ codes of 4 or 8 bits, not {type(inner).__name__}")
+        self.device = torch.device(device)
+        book = _byte_book(inner.pq)
+        self.code_bytes, self.width = book.shape[0], book.shape[0] * book.shape[2]
+        self.table = torch.from_numpy(book.reshape(-1, book.shape[2])).to(self.device)
+        self.offsets = (torch.arange(self.code_bytes, dtype=torch.int64) * 256).to(self.device)
+        self.list_bytes = int(inner.coarse_code_size())
+        centroids = inner.quantizer.reconstruct_n(0, inner.nlist) if inner.by_residual else np.zeros((inner.nlist, inner.d), np.float32)
+        self.centroids = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32)).to(self.device)
+        self.norm = norm
+
+    def __call__(self, rows: np.ndarray) -> torch.Tensor:
+        """(n, list bytes + code bytes) uint8 standalone codes -> (n, d) float32 on the device."""
+        raw = torch.from_numpy(np.ascontiguousarray(rows)).to(self.device, non_blocking=True).long()
+        lists = sum(raw[:, i] << (8 * i) for i in range(self.list_bytes))
+        x = torch.nn.functional.embedding(raw[:, self.list_bytes :] + self.offsets, self.table).reshape(len(raw), self.width)
+        x += self.centroids[lists]
+        if self.norm is not None:
+            x.mul_(torch.linalg.vector_norm(x, dim=1, keepdim=True).clamp_min_(1e-12).reciprocal_().mul_(self.norm))
+        return x
+
+    def reader(self, codes: np.ndarray) -> Callable[[np.ndarray], torch.Tensor]:
+        """Vector ids of one shard -> their decoded rows on the device."""
+        return lambda ids: self(codes[ids])
 
 
 def decoding_codec(codec: Any) -> Any:
@@ -153,16 +205,26 @@ def scoring_decoder(index: Any, codes: np.ndarray | None = None, norm: float | N
     query's stage 2, against one per query vector here. `rotate` is None
     where nothing is rotated."""
     typed = None if isinstance(index, HnswIndex) else faiss.downcast_index(index)
-    if isinstance(typed, faiss.IndexPreTransform) and typed.chain.size() == 1:
-        lt = faiss.downcast_VectorTransform(typed.chain.at(0))
-        if isinstance(lt, faiss.LinearTransform) and lt.is_orthonormal and not lt.have_bias and lt.d_out <= lt.d_in:
-            a = faiss.vector_to_array(lt.A).reshape(lt.d_out, lt.d_in).astype(np.float32)
-            # A standalone code past the transform is the inner index's; A has
-            # orthonormal rows, so A'c is as long as c: lengths hold on both sides.
-            inner = decoder(typed.index, codes, norm)
+    a = _rotation(typed)
+    if a is not None:
+        # A standalone code past the transform is the inner index's; A has
+        # orthonormal rows, so A'c is as long as c: lengths hold on both sides.
+        inner = decoder(typed.index, codes, norm)
 
-            def decode(ids: np.ndarray, owner: Any = index) -> np.ndarray:  # `owner` keeps the C++ index alive
-                return inner(ids)
+        def decode(ids: np.ndarray, owner: Any = index) -> np.ndarray:  # `owner` keeps the C++ index alive
+            return inner(ids)
 
-            return decode, lambda q: np.ascontiguousarray(q, dtype=np.float32) @ a.T
+        return decode, lambda q: np.ascontiguousarray(q, dtype=np.float32) @ a.T
     return decoder(index, codes, norm), None
+
+
+def _rotation(typed: Any) -> np.ndarray | None:
+    """The (d_out, d_in) matrix of `typed`'s transform where it is one linear
+    map with orthonormal rows and no bias (OPQ's rotation, or its projection
+    to fewer dimensions); else None."""
+    if not isinstance(typed, faiss.IndexPreTransform) or typed.chain.size() != 1:
+        return None
+    lt = faiss.downcast_VectorTransform(typed.chain.at(0))
+    if isinstance(lt, faiss.LinearTransform) and lt.is_orthonormal and not lt.have_bias and lt.d_out <= lt.d_in:
+        return faiss.vector_to_array(lt.A).reshape(lt.d_out, lt.d_in).astype(np.float32)
+    return None

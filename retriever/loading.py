@@ -22,6 +22,7 @@ import numpy as np
 
 from propdex.encoders import Document, encoder_from_config, recorded_config
 from propdex.indexer import ann, binary, integrity, lexical
+from propdex.indexer.decoding import DeviceDecoder
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.store import ShardStore, read_deleted
 
@@ -100,11 +101,13 @@ def query_encoder(manifest: dict[str, Any], encoder: "Encoder | None", device: s
     return encoder
 
 
-def open_shards(path: Path, manifest: dict[str, Any], mmap: bool) -> list[Shard]:
+def open_shards(path: Path, manifest: dict[str, Any], mmap: bool, device: Any = None) -> list[Shard]:
     """Every shard that has an ANN index, checked against its manifest entry;
-    on any failure the stores opened so far are closed again."""
+    on any failure the stores opened so far are closed again. With a torch
+    `device` (a GPU), stage 2 decodes standalone IVF-PQ codes there
+    (`DeviceDecoder`); else FAISS decodes them on the CPU."""
     shards: list[Shard] = []
-    codecs = _Codecs(path, manifest)
+    codecs = _Codecs(path, manifest, device)
     try:
         for entry in manifest["shards"]:
             if entry["index"] is not None:
@@ -144,10 +147,11 @@ class _Codecs:
     """The trained index that standalone codes are read through, and the
     pair codebook that decodes them for stage 2: read once, for every shard."""
 
-    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
-        self.path, self.manifest = path, manifest
+    def __init__(self, path: Path, manifest: dict[str, Any], device: Any = None) -> None:
+        self.path, self.manifest, self.device = path, manifest, device
         self.codec: Any = None
         self.decoding: Any = None
+        self._on_device: DeviceDecoder | None = None
         self._rotations: list[Any] = []  # the shared rotation, once a shard has made it (it may be None)
 
     def read(self) -> None:
@@ -160,6 +164,16 @@ class _Codecs:
         if not self._rotations:
             self._rotations.append(rotate)
         return self._rotations[0]
+
+    def on_device(self) -> DeviceDecoder | None:
+        """The codec's decoder on `device` (None: no device, or codes it does not decode)."""
+        if self.device is not None and self._on_device is None:
+            try:
+                self._on_device = DeviceDecoder(self.codec, self.manifest["index"].get("vector_norm"), self.device)
+            except ValueError as e:
+                log.warning("stage 2 decodes on the CPU: %s", e)
+                self.device = None
+        return self._on_device
 
     def binary(self) -> binary.BinaryCodec:
         if self.codec is None:
@@ -194,6 +208,8 @@ def _open_shard(path: Path, manifest: dict[str, Any], entry: dict[str, Any], mma
                                                         manifest["index"].get("vector_norm"))
             # Shards that share a codec share its rotation: stage 2 rotates a query once for all of them.
             shard.rotate = rotate if codes is None else codecs.rotation(rotate)
+            if codes is not None and codecs.on_device() is not None:
+                store.decoder = codecs.on_device().reader(codes)
         if entry.get("deleted"):
             shard.live = np.ones(len(store), dtype=bool)
             shard.live[read_deleted(path / entry["name"] / entry["deleted"])] = False

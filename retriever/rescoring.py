@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -29,23 +30,36 @@ Row = tuple[float, int, int]
 
 @dataclass
 class Candidate:
-    """One re-scored document: exact similarities of every query vector to its units."""
+    """One re-scored document: exact similarities of every query vector to
+    the units stage 2 scored (all of them, or its hit windows' units)."""
 
     shard: int
     ordinal: int
-    sim: np.ndarray  # (m, n) float32; -inf for the units of windows stage 2 did not score
-    unit_sentences: np.ndarray  # (n, 2)
+    part: np.ndarray  # (m, c) float32: every query vector against each scored unit
+    unit_sentences: np.ndarray  # (n, 2), every unit of the document
     score: float
     tier: int = 0  # 1: past stage 1's first `rerank` documents, ranked after them
+    cols: np.ndarray | None = None  # the scored units' positions, ascending (None: all n)
+    windows: tuple[np.ndarray, int] | None = None  # with a window: each scored unit's window, and the document's windows
 
     @property
     def key(self) -> int:
         return (self.shard << 32) | self.ordinal
 
+    @cached_property
+    def sim(self) -> np.ndarray:
+        """(m, n) similarities to every unit, -inf for those not scored."""
+        if self.cols is None:
+            return self.part
+        out = np.full((self.part.shape[0], len(self.unit_sentences)), -np.inf, dtype=np.float32)
+        out[:, self.cols] = self.part
+        return out
+
     def sentence_scores(self) -> np.ndarray:
-        """MaxSim per sentence of the document (-inf where it has no unit)."""
+        """MaxSim per sentence of the document (-inf where it has no scored unit)."""
         n = int(self.unit_sentences[:, 1].max()) + 1 if len(self.unit_sentences) else 0
-        return scoring.sentence_scores(self.sim, self.unit_sentences, n)
+        scored = self.unit_sentences if self.cols is None else self.unit_sentences[self.cols]
+        return scoring.sentence_scores(self.part, scored, n)
 
 
 def rescore(shards: Sequence[Shard], q: np.ndarray, chosen: np.ndarray, n: int, exclude: set[str], *, blocks: int = 0,
@@ -100,54 +114,47 @@ def _similarities(shard: Shard, s: int, qs: np.ndarray, ordinals: list[int], exc
     if not ordinals:
         return []
     sentences = store.unit_sentences(ordinals)
-    rows = [hit_windows(sen, hit.get((s << 32) | o), window) if window and hit is not None else None
-            for o, sen in zip(ordinals, sentences)]
-    parts = store.vector_rows(ordinals, rows)
+    windows = [scoring.sentence_windows(sen, window) if window else None for sen in sentences]
+    cols = [hit_windows(w[0], hit.get((s << 32) | o)) if w and hit is not None else None
+            for o, w in zip(ordinals, windows)]
+    parts = store.vector_rows(ordinals, cols)
     sims = scoring.block_logits(qs, np.concatenate(parts), blocks) if blocks else scoring.similarities(qs, parts)
     bounds = np.cumsum([0] + [len(v) for v in parts])
-    return [Candidate(s, o, _spread(sims[:, bounds[i] : bounds[i + 1]], r, len(sen)), sen, 0.0)
-            for i, (o, sen, r) in enumerate(zip(ordinals, sentences, rows))]
+    return [Candidate(s, o, sims[:, bounds[i] : bounds[i + 1]], sen, 0.0, cols=c,
+                      windows=None if w is None else (w[0] if c is None else w[0][c], w[1]))
+            for i, (o, sen, c, w) in enumerate(zip(ordinals, sentences, cols, windows))]
 
 
-def hit_windows(unit_sentences: np.ndarray, hit: np.ndarray | None, window: int) -> np.ndarray | None:
-    """The positions of the units in the document's windows
-    (`scoring.sentence_windows`) that hold a `hit` unit; None for every unit
-    (no hit known, or every window hit). Stage 1 chose the document for its
-    hits, and a window where none of the query's vectors found a near
-    neighbour is seldom its best: on a long article, the windows that were
-    hit are a small part of what exact MaxSim would decode and multiply."""
+def hit_windows(groups: np.ndarray, hit: np.ndarray | None) -> np.ndarray | None:
+    """The positions of the units whose window (`groups`: each unit's, as
+    `scoring.sentence_windows` packs them) holds a `hit` unit; None for
+    every unit (no hit known, or every window hit). Stage 1 chose the
+    document for its hits, and a window where none of the query's vectors
+    found a near neighbour is seldom its best: on a long article, the
+    windows that were hit are a small part of what exact MaxSim would
+    decode and multiply."""
     if hit is None or not len(hit):
         return None
-    groups, _ = scoring.sentence_windows(unit_sentences, window)
     keep = np.flatnonzero(np.isin(groups, groups[hit[hit < len(groups)]]))
     return None if len(keep) == len(groups) else keep
-
-
-def _spread(sim: np.ndarray, rows: np.ndarray | None, n: int) -> np.ndarray:
-    """(m, n) similarities from those of the units at `rows` (None: all n), -inf elsewhere."""
-    if rows is None:
-        return sim
-    out = np.full((sim.shape[0], n), -np.inf, dtype=np.float32)
-    out[:, rows] = sim
-    return out
 
 
 def _attend(cands: list[Candidate]) -> None:
     """Block logits to attention weights: the softmax runs over every
     candidate unit of every shard at once, as Cross-Thought attends."""
-    alpha = scoring.attention(np.concatenate([c.sim for c in cands], axis=1))
-    bounds = np.cumsum([0] + [c.sim.shape[1] for c in cands])
+    alpha = scoring.attention(np.concatenate([c.part for c in cands], axis=1))
+    bounds = np.cumsum([0] + [c.part.shape[1] for c in cands])
     for i, c in enumerate(cands):
-        c.sim = alpha[None, bounds[i] : bounds[i + 1]]
+        c.part = alpha[None, bounds[i] : bounds[i + 1]]
 
 
 def _score(cands: list[Candidate], window: int | None) -> None:
     """Each candidate's score: MaxSim over the document, or over its best window."""
     if window is None:
         for c in cands:
-            c.score = scoring.maxsim(c.sim)
+            c.score = scoring.maxsim(c.part)
     elif cands:
-        scores = scoring.window_maxsims(np.concatenate([c.sim for c in cands], axis=1), [c.unit_sentences for c in cands], window)
+        scores = scoring.windowed_maxsims(np.concatenate([c.part for c in cands], axis=1), [c.windows for c in cands])
         for c, score in zip(cands, scores.tolist()):
             c.score = score
 

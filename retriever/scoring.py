@@ -27,10 +27,16 @@ def similarities(queries: np.ndarray, parts: Sequence[np.ndarray], block_rows: i
     the product. The result is exactly numpy's float32 product.
 
     Decoded codes arrive as float32 rows of one array, end to end: they
-    are multiplied where they lie, with no block to copy them into.
+    are multiplied where they lie, with no block to copy them into. Codes
+    decoded on a device arrive as torch tensors there (empty parts may be
+    numpy): the product is made on the device and only it comes back.
     """
     q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
     dim = q.shape[1]
+    if any(isinstance(p, torch.Tensor) for p in parts):  # decoded on a device (a GPU): multiplied there
+        rows = [p for p in parts if isinstance(p, torch.Tensor)]
+        x = torch.cat(rows) if len(rows) > 1 else rows[0]
+        return torch.mm(q.to(x.device), x.T).cpu().numpy()
     joined = _end_to_end(parts)
     if joined is not None:
         return torch.mm(q, torch.from_numpy(joined).T).numpy()
@@ -152,9 +158,15 @@ def window_maxsims(sim: np.ndarray, unit_sentences: Sequence[np.ndarray], window
     `group_maxsim`: stage 2 scores its candidates in one call, since a
     document's windows are few and small, and one call per document would
     spend more in numpy's per-call overhead than in the arithmetic."""
+    return windowed_maxsims(sim, [sentence_windows(us, window) for us in unit_sentences])
+
+
+def windowed_maxsims(sim: np.ndarray, windows: Sequence[tuple[np.ndarray, int]]) -> np.ndarray:
+    """`window_maxsims` from each document's windows as given: the window
+    of each of its columns in `sim`, and how many windows it has (a window
+    without a column scores -inf)."""
     groups, counts, offset = [], [], 0
-    for us in unit_sentences:
-        g, n = sentence_windows(us, window)
+    for g, n in windows:
         groups.append(g + offset)
         counts.append(n)
         offset += n
@@ -176,10 +188,13 @@ def group_maxsim(sim: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarr
     """
     best = np.full((sim.shape[0], n_groups), -np.inf, dtype=np.float32)
     if sim.shape[1]:
-        order = np.argsort(groups, kind="stable")
-        sorted_groups = groups[order]
+        if (groups[1:] >= groups[:-1]).all():  # in order already (windows, sentences): no copy of `sim`
+            sorted_groups, columns = groups, sim
+        else:
+            order = np.argsort(groups, kind="stable")
+            sorted_groups, columns = groups[order], sim[:, order]
         starts = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])
-        best[:, sorted_groups[starts]] = np.maximum.reduceat(sim[:, order], starts, axis=1)
+        best[:, sorted_groups[starts]] = np.maximum.reduceat(columns, starts, axis=1)
     return best.sum(axis=0)
 
 

@@ -105,7 +105,8 @@ class Searcher:
               runtime: str = "torch") -> "Searcher":
         loading.check_index(path, manifest)
         encoder = loading.query_encoder(manifest, encoder, device, runtime)
-        shards = loading.open_shards(path, manifest, mmap)
+        on_gpu = encoder.backbone.device.type == "cuda"  # stage 2 decodes and multiplies where the queries are encoded
+        shards = loading.open_shards(path, manifest, mmap, encoder.backbone.device if on_gpu else None)
         try:
             return cls(path, manifest, encoder, shards, nprobe)
         except BaseException:

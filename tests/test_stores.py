@@ -470,3 +470,55 @@ def test_unit_records_of_one_width_are_found_by_arithmetic_as_by_walking():
         sentences, packed = pack_units(units)
         assert unpack_units("d", sentences, packed) == units
         assert unpack_units("d", sentences, packed, [len(units) - 1, 0]) == [units[-1], units[0]]
+
+
+@pytest.mark.parametrize("name", ["codes", "codes4"])
+def test_a_device_decodes_standalone_codes_as_faiss_does(pair, name):
+    """torch's table lookups decode 8-bit codes, and 4-bit codes behind OPQ
+    (in the rotated space), to the rows FAISS's stage-2 decoder gives."""
+    import torch
+
+    from propdex.indexer.decoding import DeviceDecoder
+    from propdex.retriever import loading
+
+    root, _ = pair
+    manifest = read_manifest(root / name)
+    cpu = loading.open_shards(root / name, manifest, False)
+    try:
+        codec = ann.read_faiss(root / name / manifest["index"]["trained"])
+        device = DeviceDecoder(codec, manifest["index"].get("vector_norm"), "cpu")
+        for shard, entry in zip(cpu, manifest["shards"]):
+            codes = ann.read_codes(root / name / entry["name"] / entry["index"])
+            ids = np.arange(0, entry["vectors"], 7)
+            decoded = device.reader(codes)(ids)
+            assert isinstance(decoded, torch.Tensor) and decoded.shape == (len(ids), shard.store.decoded_dim)
+            np.testing.assert_allclose(decoded.numpy(), shard.store.decoder(ids), rtol=1e-5, atol=1e-6)
+    finally:
+        loading.close_shards(cpu)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not __import__("torch").cuda.is_available(), reason="needs CUDA"))])
+def test_stage_two_on_a_device_ranks_as_on_the_cpu(pair, device):
+    """Stage 2 with its codes decoded and multiplied by torch on a device
+    (a GPU; the CPU stands in where there is none) gives the hits and
+    scores of FAISS's decoding, at every level."""
+    import torch
+
+    from propdex.retriever import loading
+
+    root, encoder = pair
+    path = root / "codes4"
+    manifest = read_manifest(path)
+    with Searcher.load(path, encoder=encoder) as cpu:
+        if device == "cuda":
+            other = Searcher.load(path, device="cuda")
+        else:
+            other = Searcher(path, manifest, encoder, loading.open_shards(path, manifest, False, torch.device("cpu")), None)
+        with other:
+            assert all(isinstance(s.store.vector_rows([0])[0], torch.Tensor) for s in other.shards)
+            for q in QUERIES:
+                for level in ("doc", "sentence"):
+                    a, b = cpu.search(q, k=10, level=level), other.search(q, k=10, level=level)
+                    assert [h.doc_id for h in a] == [h.doc_id for h in b]
+                    np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-4)
