@@ -22,7 +22,6 @@ from propdex.encoders import Document
 from propdex.encoders.units import Unit
 from propdex.indexer import lexical
 
-from . import scoring
 
 if TYPE_CHECKING:
     from propdex.indexer.store import ShardStore
@@ -150,7 +149,7 @@ def dense_hit(rank: int, store: "ShardStore", c: "Candidate", score: float, wher
             passage, sentence = _passage(c, window, len(sentences))
         else:
             sentence = where[1]
-        matched = _matched_units(c, sentence)
+        matched = c.matched_units(sentence)
     sentence = min(sentence, len(sentences) - 1)
     passage = passage or (sentence, sentence)
     s_start, s_end = sentences[sentence]
@@ -179,16 +178,9 @@ def _passage(c: "Candidate", window: int | None, n_sentences: int) -> tuple[tupl
     where no unit covers a sentence."""
     scores = c.sentence_scores()
     best = int(np.argmax(scores)) if len(scores) else 0
-    passage = scoring.best_window(c.sim, c.unit_sentences, window) if window else (0, n_sentences - 1)
+    passage = c.best_window(window) if window else (0, n_sentences - 1)
     if passage is None or not len(scores):
         return None, best
     passage = (min(passage[0], n_sentences - 1), min(passage[1], n_sentences - 1))
     inside = scores[passage[0]:passage[1] + 1]
     return passage, passage[0] + int(np.argmax(inside)) if len(inside) else best
-
-
-def _matched_units(c: "Candidate", sentence: int) -> list[int]:
-    """The units that are some query vector's best match inside the sentence."""
-    first, last = c.unit_sentences[:, 0], c.unit_sentences[:, 1]
-    inside = np.flatnonzero((first <= sentence) & (last >= sentence))
-    return sorted(set(inside[c.sim[:, inside].argmax(axis=1)].tolist())) if len(inside) else []

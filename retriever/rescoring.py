@@ -55,11 +55,50 @@ class Candidate:
         out[:, self.cols] = self.part
         return out
 
+    @property
+    def scored_units(self) -> np.ndarray:
+        """(c, 2) the sentence ranges of the units stage 2 scored, `part`'s columns."""
+        return self.unit_sentences if self.cols is None else self.unit_sentences[self.cols]
+
+    def position(self, columns: np.ndarray) -> np.ndarray:
+        """The document positions of columns of `part`."""
+        return columns if self.cols is None else self.cols[columns]
+
     def sentence_scores(self) -> np.ndarray:
         """MaxSim per sentence of the document (-inf where it has no scored unit)."""
         n = int(self.unit_sentences[:, 1].max()) + 1 if len(self.unit_sentences) else 0
-        scored = self.unit_sentences if self.cols is None else self.unit_sentences[self.cols]
-        return scoring.sentence_scores(self.part, scored, n)
+        return scoring.sentence_scores(self.part, self.scored_units, n)
+
+    def unit_scores(self) -> np.ndarray:
+        """Each unit's score (-inf where not scored); title units cover no
+        sentence (last < first) and are never a unit hit."""
+        out = np.full(len(self.unit_sentences), -np.inf, dtype=np.float32)
+        units = self.scored_units
+        out[self.position(np.arange(len(units)))] = np.where(units[:, 1] >= units[:, 0], scoring.unit_scores(self.part), -np.inf)
+        return out
+
+    def best_window(self, window: int) -> tuple[int, int] | None:
+        """The first and last sentence of its best window (`scoring.best_window`),
+        from the windows stage 2 scored where it scored by windows."""
+        if self.windows is None:
+            return scoring.best_window(self.sim, self.unit_sentences, window)
+        groups, n = self.windows
+        if not len(groups):
+            return None
+        units = self.scored_units
+        best = groups == int(np.argmax(scoring.group_maxsim(self.part, groups, n)))
+        members = best & (units[:, 1] >= units[:, 0])  # title units cover none
+        if not members.any():
+            return None
+        return int(units[members, 0].min()), int(units[members, 1].max())
+
+    def matched_units(self, sentence: int) -> list[int]:
+        """The units that are some query vector's best match inside the sentence."""
+        units = self.scored_units
+        inside = np.flatnonzero((units[:, 0] <= sentence) & (units[:, 1] >= sentence))
+        if not len(inside):
+            return []
+        return sorted(set(self.position(inside[self.part[:, inside].argmax(axis=1)]).tolist()))
 
 
 def rescore(shards: Sequence[Shard], q: np.ndarray, chosen: np.ndarray, n: int, exclude: set[str], *, blocks: int = 0,
@@ -175,14 +214,9 @@ def rows(cands: Sequence[Candidate], k: int, level: Level) -> list[Row]:
         return [(c.score, ci, 0) for ci, c in enumerate(cands[:k])]
     out: list[Row] = []
     for ci, c in enumerate(cands):
-        scores = c.sentence_scores() if level == "sentence" else _unit_scores(c)
+        scores = c.sentence_scores() if level == "sentence" else c.unit_scores()
         for j in scoring.top_k(scores, k):
             if np.isfinite(scores[j]):
                 out.append((float(scores[j]), ci, int(j)))
     out.sort(key=lambda r: (cands[r[1]].tier, -r[0], cands[r[1]].shard, cands[r[1]].ordinal, r[2]))
     return out[:k]
-
-
-def _unit_scores(c: Candidate) -> np.ndarray:
-    """Each unit's score; title units cover no sentence (last < first) and are never a unit hit."""
-    return np.where(c.unit_sentences[:, 1] >= c.unit_sentences[:, 0], scoring.unit_scores(c.sim), -np.inf)

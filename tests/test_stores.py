@@ -453,6 +453,13 @@ def test_stage_two_scores_exactly_the_windows_stage_one_hit(pair, name):
                 if scored[best].all():
                     assert c.score == pytest.approx(exact[key].score, abs=1e-5)
                 assert c.score <= exact[key].score + 1e-5
+                # What a hit shows, read from the scored columns, is what the whole (m, n) matrix gives.
+                assert c.best_window(window) == scoring.best_window(c.sim, c.unit_sentences, window)
+                covered = c.unit_sentences[:, 1] >= c.unit_sentences[:, 0]
+                np.testing.assert_array_equal(c.unit_scores(), np.where(covered, scoring.unit_scores(c.sim), -np.inf))
+                sentence = int(np.argmax(c.sentence_scores()))
+                inside = np.flatnonzero((c.unit_sentences[:, 0] <= sentence) & (c.unit_sentences[:, 1] >= sentence))
+                assert c.matched_units(sentence) == sorted(set(inside[c.sim[:, inside].argmax(axis=1)].tolist()))
                 skipped += int((~scored).any())
                 decoded, total = decoded + int(scored.sum()), total + len(scored)
     assert skipped and decoded < total
