@@ -255,11 +255,12 @@ def binary_findings(key: str, metric: str, default: str, folder: Path = RESULTS)
 
 def bench_tables(folder: Path = RESULTS) -> list[str]:
     """`propdex bench` runs kept beside the eval runs: stores side by side at
-    one thread (bench_*.json with systems), and one-document adds (ingest)."""
+    one thread (bench_*.json with systems), the scale curve, and
+    one-document adds (ingest)."""
     lines = []
     for path in sorted(folder.glob("bench_*.json")):
         result = json.loads(path.read_text())
-        threads = result.get("threads") or result.get("cpu_threads")
+        threads = result.get("threads") or result.get("scale", {}).get("threads") or result.get("cpu_threads")
         head = [f"`eval/results/scoreboard/{path.name}`, commit {result['versions'].get('git')}, "
                 f"{threads} thread{'s' if threads != 1 else ''}:", "", "```bash", result["command"], "```", ""]
         if result.get("systems"):
@@ -282,6 +283,20 @@ def bench_tables(folder: Path = RESULTS) -> list[str]:
                                  f"nDCG@10 {100 * (m['nDCG@10'] - codes['nDCG@10']):+.2f}, at "
                                  f"{m['bytes_per_vector'] / codes['bytes_per_vector']:.2f}x the bytes.")
             lines.append("")
+        if curve := result.get("scale"):
+            lines += [f"### Scale at one thread (`{', '.join(dict.fromkeys(p['encoder'] for p in curve['points']))}`, Wikipedia extract)",
+                      "", *head, _row(["documents", "vectors", "factory", "B/vec all in", "p50 ms", "p95 ms", "encode / stage 1 / "
+                                       "stage 2 / aggregate ms", "search RSS MB"]), "|" + "---|" * 8]
+            for p in curve["points"]:
+                stages = p.get("stages_ms", {})
+                lines.append(_row([f"{p['documents']:,}", f"{p['vectors']:,}", p["factory"], _f(p["bytes_per_vector"], 1),
+                                   _f(p["p50_ms"], 1), _f(p["p95_ms"], 1),
+                                   " / ".join(_f(stages.get(k), 1) for k in ("encode", "stage 1", "stage 2", "aggregate")),
+                                   _f(p.get("search_rss_mb"), 0)]))
+            small, large = min(curve["points"], key=lambda p: p["documents"]), max(curve["points"], key=lambda p: p["documents"])
+            lines += ["", f"- {curve['queries']} HotpotQA-600 questions one at a time: p50 at {large['documents']:,} documents "
+                          f"{large['p50_ms'] / small['p50_ms']:.2f}x the p50 at {small['documents']:,}; every point trains its "
+                          f"codec in full, so the points differ only in size.", ""]
         if ingest := result.get("ingest"):
             add = ingest["add_commit_ms"]
             lines += ["### Serving under ingestion", "", *head,
