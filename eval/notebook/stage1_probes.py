@@ -1,0 +1,32 @@
+"""Probes a multi-vector query's vectors make, against a deep reference (64 probes): top-10 agreement and
+stage-1 time on dev queries (Wikipedia sentences, not HotpotQA) over a scale-curve index.
+
+    python eval/notebook/stage1_probes.py runs/bench/scale/tokens-1000 1000 4,8,16
+"""
+import random, re, sys, time
+from pathlib import Path
+import numpy as np
+from propdex.eval.scale import first_documents
+from propdex.retriever import Searcher, stage_times
+index, n_indexed = sys.argv[1], int(sys.argv[2]); probes = [int(x) for x in sys.argv[3].split(",")]
+docs = first_documents(Path("../shared/data/wikipedia/extracted"), min(6514, max(4 * n_indexed, 2000)))
+rng = random.Random(7)
+def sentences(d): return [s for s in re.split(r"(?<=[.!?])\s+", d.text) if 8 <= len(s.split()) <= 30]
+inside = [d for d in docs[:n_indexed] if len(sentences(d)) > 40]
+queries = [(rng.choice(sentences(d)[30:]), d.id) for d in rng.sample(inside, min(75, len(inside)))]
+queries += [(rng.choice(sentences(d)), None) for d in rng.sample(docs[n_indexed:], 75) if sentences(d)]
+with Searcher.load(index, threads=1, device="cpu") as s:
+    s.search("warm up", k=10)
+    def run(nprobe):
+        out = []
+        with stage_times() as spent:
+            t = time.perf_counter()
+            for q, _ in queries: out.append([h.doc_id for h in s.search(q, k=10, nprobe=nprobe)])
+            ms = (time.perf_counter() - t) * 1000 / len(queries)
+        return out, ms, {k: round(v * 1000 / len(queries), 1) for k, v in spent.items()}
+    ref, ms, st = run(64); print("nprobe 64", round(ms, 1), st)
+    for p in probes:
+        got, ms, st = run(p)
+        ov = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, ref)]); t1 = np.mean([a[:1] == b[:1] for a, b in zip(got, ref)])
+        src = np.mean([g[0] == d for g, (q, d) in zip(got, queries) if d])
+        print(f"nprobe {p}: {ms:.1f} ms {st} overlap {ov:.4f} top1 {t1:.3f} source-top1 {src:.3f}")
