@@ -50,11 +50,15 @@ def decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = No
         x = decode(ids)
         # In place, by torch: a query decodes thousands of rows, and numpy's
         # norm and divide (new arrays each) cost several times more.
-        rows = torch.from_numpy(x)
-        rows.mul_(torch.linalg.vector_norm(rows, dim=1, keepdim=True).clamp_min_(1e-12).reciprocal_().mul_(norm))
+        to_length(torch.from_numpy(x), norm)
         return x
 
     return rescaled
+
+
+def to_length(rows: torch.Tensor, norm: float) -> torch.Tensor:
+    """`rows` scaled in place to length `norm` each (on the device they lie on)."""
+    return rows.mul_(torch.linalg.vector_norm(rows, dim=1, keepdim=True).clamp_min_(1e-12).reciprocal_().mul_(norm))
 
 
 def common_norm(sample: np.ndarray, tolerance: float = 0.01) -> float | None:
@@ -159,9 +163,7 @@ class DeviceDecoder:
         lists = sum(raw[:, i] << (8 * i) for i in range(self.list_bytes))
         x = torch.nn.functional.embedding(raw[:, self.list_bytes :] + self.offsets, self.table).reshape(len(raw), self.width)
         x += self.centroids[lists]
-        if self.norm is not None:
-            x.mul_(torch.linalg.vector_norm(x, dim=1, keepdim=True).clamp_min_(1e-12).reciprocal_().mul_(self.norm))
-        return x
+        return x if self.norm is None else to_length(x, self.norm)
 
     def reader(self, codes: np.ndarray) -> Callable[[np.ndarray], torch.Tensor]:
         """Vector ids of one shard -> their decoded rows on the device."""

@@ -82,15 +82,7 @@ class Candidate:
         from the windows stage 2 scored where it scored by windows."""
         if self.windows is None:
             return scoring.best_window(self.sim, self.unit_sentences, window)
-        groups, n = self.windows
-        if not len(groups):
-            return None
-        units = self.scored_units
-        best = groups == int(np.argmax(scoring.group_maxsim(self.part, groups, n)))
-        members = best & (units[:, 1] >= units[:, 0])  # title units cover none
-        if not members.any():
-            return None
-        return int(units[members, 0].min()), int(units[members, 1].max())
+        return scoring.best_group(self.part, self.scored_units, *self.windows)
 
     def matched_units(self, sentence: int) -> list[int]:
         """The units that are some query vector's best match inside the sentence."""

@@ -140,12 +140,23 @@ def best_window(sim: np.ndarray, unit_sentences: np.ndarray, window: int | None)
     (`sentence_windows`; a one-vector query's: the window of its best unit),
     or None where no unit covers a sentence; with no `window`, the sentences
     its units cover."""
-    covered = unit_sentences[:, 1] >= unit_sentences[:, 0]  # title units cover none
-    members = covered
     if window:
-        # Scored as window_maxsims scores it, title units and all.
-        groups, n = sentence_windows(unit_sentences, window)
-        members = covered & (groups == int(np.argmax(group_maxsim(sim, groups, n))))
+        return best_group(sim, unit_sentences, *sentence_windows(unit_sentences, window))
+    return _covered_span(unit_sentences, np.ones(len(unit_sentences), bool))
+
+
+def best_group(sim: np.ndarray, unit_sentences: np.ndarray, groups: np.ndarray, n_groups: int) -> tuple[int, int] | None:
+    """The first and last sentence covered by the units of the best group
+    (`groups[j]`: column j's), scored as `window_maxsims` scores windows,
+    title units and all; None where it covers none."""
+    if not len(groups):
+        return None
+    return _covered_span(unit_sentences, groups == int(np.argmax(group_maxsim(sim, groups, n_groups))))
+
+
+def _covered_span(unit_sentences: np.ndarray, members: np.ndarray) -> tuple[int, int] | None:
+    """The first and last sentence the member units cover (title units cover none)."""
+    members = members & (unit_sentences[:, 1] >= unit_sentences[:, 0])
     if not members.any():
         return None
     return int(unit_sentences[members, 0].min()), int(unit_sentences[members, 1].max())
