@@ -34,7 +34,7 @@ from .faiss_setup import apply_threads, faiss
 CODEC_FILE = "trained.hashing"  # safetensors: weight, bias (the heads), centroids (BIVF's lists)
 BITS_FILE = "index.bits"  # a shard's rows: uint8 .npy (V, list bytes + B/8)
 BITS = 256  # the default code: 32 bytes a vector
-SCAN_BELOW = 1 << 22  # codes; under this, stage 1 is a Hamming scan of every code (BFlat)
+SCAN_BELOW = 1 << 19  # codes; under this, stage 1 is a Hamming scan of every code (BFlat)
 
 
 def holds_bits(path: str | Path) -> bool:
@@ -45,12 +45,14 @@ def holds_bits(path: str | Path) -> bool:
 def default_factory(n_vectors: int) -> str:
     """FAISS's binary factory string for `n_vectors` codes: a scan of every
     code below SCAN_BELOW, else about 4 sqrt(N) lists, as the float16
-    store's stage 1 has. A Hamming distance is a few popcounts, a float
-    stage 1's distance a few hundred multiply-adds, so a binary scan stays
-    cheaper than a float one (factory.FLAT_BELOW) at far more vectors, and a scan
-    loses no neighbour to a list it did not probe: with the few probes a
-    multi-vector query makes, IVF over codes of a few hundred thousand
-    vectors misses many that MaxSim needs."""
+    store's stage 1 has. A scan loses no neighbour to a list it did not
+    probe, and with the few probes a multi-vector query makes, IVF over a
+    few hundred thousand codes misses many that MaxSim needs; but a scan
+    costs every code's popcounts for every query vector, while lists cost
+    about 1/256 of them. The threshold is where the scan's cost stops being
+    small beside the rest of a query: at 2^19 codes and ~32 query vectors a
+    scan is ~16M Hamming distances, about as long as stage 2's decoding and
+    scoring; above it the scan would be most of a query."""
     if n_vectors < SCAN_BELOW:
         return "BFlat"
     return f"BIVF{_lists(n_vectors, 4 * math.sqrt(n_vectors))}"

@@ -137,9 +137,11 @@ def test_hamming_search_equals_brute_force(factory):
         assert np.allclose(scores[r], 1 - 2 * d[r, ids[r]] / 64)
 
 
-def test_binary_stage_1_scans_every_code_until_millions():
+def test_binary_stage_1_scans_every_code_until_half_a_million():
     assert binary.default_factory(300_000) == "BFlat"
     assert binary.default_factory(binary.SCAN_BELOW - 1) == "BFlat"
+    assert binary.lists_of(binary.default_factory(binary.SCAN_BELOW)) >= 2048
+    assert binary.lists_of(binary.default_factory(1_400_000)) == 4096
     assert binary.lists_of(binary.default_factory(20_000_000)) > 1000
 
 
