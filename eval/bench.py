@@ -200,7 +200,8 @@ def add_commands(sub) -> None:
                    help=f"which figures to measure, of {','.join(SECTIONS)} (default: {','.join(DEFAULT_SECTIONS)})")
     p.add_argument("--scale-corpus", type=Path, default=Path("../shared/data/wikipedia/extracted"))
     p.add_argument("--scale-sizes", default="100,1000,6514", help="documents per point of the scale curve")
-    p.add_argument("--scale-encoders", default="single,tokens")
+    p.add_argument("--scale-encoders", default="single,tokens",
+                   help="the curves' systems, as eval spells them, index options included (nugget:ratio=0.1:store=binary:bits=128)")
     p.add_argument("--scale-queries", type=Path, default=Path("../shared/data/hotpotqa/hotpot_dev_distractor_600.json"),
                    help="HotpotQA file whose first --queries questions time the scale curve's searches")
     p.add_argument("--project", type=int, default=6_500_000, help="documents to project the scale curve's costs to")

@@ -1,7 +1,8 @@
 """The scale curve: the same index built over growing prefixes of one corpus.
 
 Each point is `propdex index CORPUS --limit N --encoder E` run as its own
-process, exactly as a user runs it (its peak RSS is its own and is recorded
+process (E as eval's systems spell it: index options such as
+`nugget:ratio=0.1:store=binary:bits=128` become the command's flags), exactly as a user runs it (its peak RSS is its own and is recorded
 in the manifest; a point whose index is already committed is measured, not
 rebuilt, so a killed curve resumes; every point trains its codec in full, so
 the points differ only in size), then the same query texts searched one
@@ -47,8 +48,8 @@ def scale_curve(corpus: Path, sizes: list[int], encoders: list[str], queries: li
             out = work / f"{name.replace(':', '_')}-{n}"
             if not _committed(out):
                 log.info("scale: building %s over the first %d documents of %s", name, n, corpus)
-                command = [sys.executable, "-m", "propdex", "-q", "index", str(corpus), "--encoder", name, "--limit", str(n), "--out", str(out),
-                           "--shard-docs", str(SCALE_SHARD_DOCS), "--training", "full"]
+                command = [sys.executable, "-m", "propdex", "-q", "index", str(corpus), "--limit", str(n), "--out", str(out),
+                           "--shard-docs", str(SCALE_SHARD_DOCS), *index_command(name)]
                 if subprocess.run(command).returncode:
                     raise RuntimeError(f"scale: {' '.join(command)} failed (its error is above)")
             point = {"encoder": name, "limit": n, "text_bytes": _text_bytes(corpus, n), **_build_figures(out),
@@ -73,7 +74,7 @@ def encode_rates(corpus: Path, sizes: list[int], encoders: list[str], device: st
     docs = first_documents(corpus, max(sizes))
     points = []
     for name in encoders:
-        encoder = load_encoder(name, backbone=backbone)
+        encoder = load_encoder(point_spec(name)[0], backbone=backbone)
         encoder.encode([p for d in docs[:4] for p in encoder.passages(d)])
         for n in sorted(sizes):
             prefix = docs[:n]
@@ -89,6 +90,28 @@ def encode_rates(corpus: Path, sizes: list[int], encoders: list[str], device: st
             points.append(point)
     return {"corpus": str(corpus), "device": hardware(),
             "dtype": str(next(backbone.model.parameters()).dtype), "points": points}
+
+
+def point_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """A point's spec as the encoder's spec and the index options
+    (IndexSettings' fields) written on it, as eval's systems split them."""
+    from dataclasses import fields
+
+    from propdex.encoders.spec import split_spec
+    from propdex.indexer.settings import IndexSettings
+
+    name, options = split_spec(spec, "scale point")
+    index_keys = {f.name for f in fields(IndexSettings)}
+    encoder = ":".join([name, *(f"{k}={v}" for k, v in options.items() if k not in index_keys)])
+    return encoder, {k: v for k, v in options.items() if k in index_keys}
+
+
+def index_command(spec: str) -> list[str]:
+    """`propdex index` flags for a point's spec; the codec trains in full
+    unless the spec says otherwise."""
+    encoder, options = point_spec(spec)
+    flags = {"training": "full"} | options
+    return ["--encoder", encoder, *(x for k, v in flags.items() for x in (f"--{k.replace('_', '-')}", v))]
 
 
 def _committed(index: Path) -> bool:

@@ -263,6 +263,24 @@ def test_encode_section_times_each_encoder_over_each_prefix_and_builds_nothing(t
     assert not work.exists()
 
 
+def test_a_scale_point_spells_its_index_options_as_eval_systems_do(tmp_path):
+    from propdex.eval.scale import index_command
+
+    assert index_command("tokens") == ["--encoder", "tokens", "--training", "full"]
+    assert index_command("nugget:ratio=0.1:store=binary:bits=128") == [
+        "--encoder", "nugget:ratio=0.1", "--training", "full", "--store", "binary", "--bits", "128"]
+    assert index_command("single:code_bytes=50:training=quick") == ["--encoder", "single", "--training", "quick", "--code-bytes", "50"]
+    _extracted(tmp_path)
+    out = tmp_path / "scale.json"
+    assert main(["bench", "--sections", "scale", "--scale-corpus", str(tmp_path / "extracted"), "--scale-sizes", "3",
+                 "--scale-encoders", "single:store=binary:bits=64:hashing=lsh", "--queries", "2", "--threads", "1",
+                 "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+    point, = json.loads(out.read_text())["scale"]["points"]
+    assert (point["encoder"], point["store"], point["factory"]) == ("single:store=binary:bits=64:hashing=lsh", "binary", "BFlat")
+    rows = np.load(tmp_path / "work" / "scale" / "single_store=binary_bits=64_hashing=lsh-3" / "shard-00000" / "index.bits")
+    assert rows.shape == (point["vectors"], 8)  # 64 bits a vector, no list number under a scan
+
+
 def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs(tmp_path, monkeypatch):
     from propdex.eval import scale as scale_module
 
