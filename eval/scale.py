@@ -93,17 +93,15 @@ def encode_rates(corpus: Path, sizes: list[int], encoders: list[str], device: st
 
 
 def point_spec(spec: str) -> tuple[str, dict[str, str]]:
-    """A point's spec as the encoder's spec and the index options
-    (IndexSettings' fields) written on it, as eval's systems split them."""
-    from dataclasses import fields
-
+    """A point's spec as the encoder's spec and the index options written
+    on it (`systems.INDEX_OPTIONS`, as eval's systems split them)."""
     from propdex.encoders.spec import split_spec
-    from propdex.indexer.settings import IndexSettings
+
+    from .systems import INDEX_OPTIONS
 
     name, options = split_spec(spec, "scale point")
-    index_keys = {f.name for f in fields(IndexSettings)}
-    encoder = ":".join([name, *(f"{k}={v}" for k, v in options.items() if k not in index_keys)])
-    return encoder, {k: v for k, v in options.items() if k in index_keys}
+    encoder = ":".join([name, *(f"{k}={v}" for k, v in options.items() if k not in INDEX_OPTIONS)])
+    return encoder, {k: v for k, v in options.items() if k in INDEX_OPTIONS}
 
 
 def index_command(spec: str) -> list[str]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from propdex.encoders import ENCODERS, Document, flag, load_encoder
 from propdex.encoders.spec import split_spec
+from propdex.indexer.settings import IndexSettings
 from propdex.retriever.settings import SearchSettings
 
 from .datasets import Task
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 # exactly BM25's top N per query (`within`), exact=1 scans every document's vectors.
 SEARCH_OPTIONS = tuple(f.name for f in fields(SearchSettings) if f.name not in ("k", "level", "hybrid", "bm25", "where"))
 EVAL_OPTIONS = ("pool", "exact")
+# A system's index options: how its index is built (IndexSettings), and the
+# backbone's runtime; the rest of its options are the encoder's.
+INDEX_OPTIONS = (*(f.name for f in fields(IndexSettings)), "runtime")
 SPEC_GRAMMAR = "NAME[:option=value...][+bm25][:hops=2][:fusion=rrf|minmax]"
 _SYSTEM_NAMES = {"bm25", *ENCODERS}
 
@@ -114,8 +118,7 @@ def queries_for(task: Task, system: System) -> list[str | Document]:
 def system_encoder(system: System, backbone: "Backbone") -> "Encoder":
     """The encoder a system spec names, with its encoder options (index and
     search options stay out)."""
-    index_options = ("mask", "factory", "backend", "store", "code_bytes", "bits", "hashing", "training", "runtime")
-    options: dict[str, Any] = {k: v for k, v in system.options.items() if k not in (*index_options, *SEARCH_OPTIONS, *EVAL_OPTIONS)}
+    options: dict[str, Any] = {k: v for k, v in system.options.items() if k not in ("mask", *INDEX_OPTIONS, *SEARCH_OPTIONS, *EVAL_OPTIONS)}
     if "keep_punct" in options:
         options["drop_punct"] = options.pop("keep_punct") not in ("1", "true", "yes")
     return load_encoder(system.name, backbone=backbone, **options)
