@@ -5,19 +5,14 @@ list ranks exactly as a scan does (the reference); the default probes 1/256 of t
     propdex index ../shared/data/wikipedia/extracted --encoder tokens --limit 200 --store binary --bits 256 --out runs/lab/bin-200
     python eval/notebook/binary_lists.py runs/lab/bin-200 200
 """
-import json, random, re, sys, time
+import json, sys, time
 from pathlib import Path
 import numpy as np
-from propdex.eval.scale import first_documents
+from dev_queries import dev_queries
 from propdex.retriever import Searcher, stage_times
 index, n_indexed = sys.argv[1], int(sys.argv[2])
 factory = json.loads((Path(index) / "manifest.json").read_text())["index"]["factory"]
-docs = first_documents(Path("../shared/data/wikipedia/extracted"), max(4 * n_indexed, 2000))
-rng = random.Random(7)
-def sentences(d): return [s for s in re.split(r"(?<=[.!?])\s+", d.text) if 8 <= len(s.split()) <= 30]
-inside = [d for d in docs[:n_indexed] if len(sentences(d)) > 40]
-queries = [(rng.choice(sentences(d)[30:]), d.id) for d in rng.sample(inside, min(75, len(inside)))]
-queries += [(rng.choice(sentences(d)), None) for d in rng.sample(docs[n_indexed:], 75) if sentences(d)]
+queries = dev_queries(n_indexed)
 with Searcher.load(index, threads=1, device="cpu") as s:
     s.search("warm up", k=10)
     def run(**kw):

@@ -3,18 +3,13 @@ stage-1 time on dev queries (Wikipedia sentences, not HotpotQA) over a scale-cur
 
     python eval/notebook/stage1_probes.py runs/bench/scale/tokens-1000 1000 4,8,16
 """
-import random, re, sys, time
+import sys, time
 from pathlib import Path
 import numpy as np
-from propdex.eval.scale import first_documents
+from dev_queries import dev_queries
 from propdex.retriever import Searcher, stage_times
 index, n_indexed = sys.argv[1], int(sys.argv[2]); probes = [int(x) for x in sys.argv[3].split(",")]
-docs = first_documents(Path("../shared/data/wikipedia/extracted"), min(6514, max(4 * n_indexed, 2000)))
-rng = random.Random(7)
-def sentences(d): return [s for s in re.split(r"(?<=[.!?])\s+", d.text) if 8 <= len(s.split()) <= 30]
-inside = [d for d in docs[:n_indexed] if len(sentences(d)) > 40]
-queries = [(rng.choice(sentences(d)[30:]), d.id) for d in rng.sample(inside, min(75, len(inside)))]
-queries += [(rng.choice(sentences(d)), None) for d in rng.sample(docs[n_indexed:], 75) if sentences(d)]
+queries = dev_queries(n_indexed)
 with Searcher.load(index, threads=1, device="cpu") as s:
     s.search("warm up", k=10)
     def run(nprobe):
