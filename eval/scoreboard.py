@@ -295,8 +295,14 @@ def bench_tables(folder: Path = RESULTS) -> list[str]:
                                    _f(p.get("search_rss_mb"), 0)]))
             small, large = min(curve["points"], key=lambda p: p["documents"]), max(curve["points"], key=lambda p: p["documents"])
             lines += ["", f"- {curve['queries']} HotpotQA-600 questions one at a time: p50 at {large['documents']:,} documents "
-                          f"{large['p50_ms'] / small['p50_ms']:.2f}x the p50 at {small['documents']:,}; every point trains its "
-                          f"codec in full, so the points differ only in size.", ""]
+                          f"{large['p50_ms'] / small['p50_ms']:.2f}x the p50 at {small['documents']:,}; every point is built with "
+                          f"the same settings (`--training full` where a codec is trained), so the points differ only in size."]
+            for name, pro in result.get("scale", {}).get("projected", {}).items():
+                text_kb = large["text_bytes"] / large["documents"] / 1e3
+                lines.append(f"- Projected from {pro['from_documents']:,} to {pro['documents']:,} documents like them ({text_kb:.1f} kB "
+                             f"of text each): {pro['vectors'] / 1e6:,.0f}M vectors, {pro['bytes_all_in_gb']:,.1f} GB all in; "
+                             f"{pro['per_text_gb']['bytes_all_in_gb']} GB a GB of text.")
+            lines.append("")
         if ingest := result.get("ingest"):
             add = ingest["add_commit_ms"]
             lines += ["### Serving under ingestion", "", *head,

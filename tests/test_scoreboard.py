@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_scoreboard_is_rendered_from_the_json_files_it_cites():
     results = (ROOT / "eval" / "RESULTS.md").read_text()
     assert results == scoreboard.render(), "eval/RESULTS.md is stale: run python -m propdex.eval.scoreboard"
-    assert len(results.splitlines()) <= 360  # short: tables and their commands, no lab notes (eval/notebook/)
+    assert len(results.splitlines()) <= 380  # short: tables and their commands, no lab notes (eval/notebook/)
     for name in re.findall(r"eval/results/scoreboard/([\w.]+\.json)", results):
         assert (scoreboard.RESULTS / name).is_file(), name
     for table, _, _ in scoreboard.TABLES:
