@@ -2,10 +2,11 @@
 
 Each point is `propdex index CORPUS --limit N --encoder E` run as its own
 process (E as eval's systems spell it: index options such as
-`nugget:ratio=0.1:store=binary:bits=128` become the command's flags), exactly as a user runs it (its peak RSS is its own and is recorded
-in the manifest; a point whose index is already committed is measured, not
-rebuilt, so a killed curve resumes; every point trains its codec in full, so
-the points differ only in size), then the same query texts searched one
+`nugget:ratio=0.1:store=binary:bits=128` become the command's flags),
+exactly as a user runs it (its peak RSS is its own and is recorded in the
+manifest; a point whose index is already committed is measured, not
+rebuilt, so a killed curve resumes; every point trains its codec, if it
+has one, in full, so the points differ only in size), then the same query texts searched one
 at a time with `threads` threads in a fresh process. Per point: documents,
 vectors, encode docs/s, build seconds, peak RSS, bytes all in per vector and
 per document, p50/p95 and the mean time a query spends in each stage of the search, and

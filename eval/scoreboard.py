@@ -297,8 +297,8 @@ def bench_tables(folder: Path = RESULTS) -> list[str]:
             lines += ["", f"- {curve['queries']} HotpotQA-600 questions one at a time: p50 at {large['documents']:,} documents "
                           f"{large['p50_ms'] / small['p50_ms']:.2f}x the p50 at {small['documents']:,}; every point is built with "
                           f"the same settings (`--training full` where a codec is trained), so the points differ only in size."]
-            for name, pro in result.get("scale", {}).get("projected", {}).items():
-                text_kb = large["text_bytes"] / large["documents"] / 1e3
+            text_kb = large["text_bytes"] / large["documents"] / 1e3
+            for pro in curve.get("projected", {}).values():
                 lines.append(f"- Projected from {pro['from_documents']:,} to {pro['documents']:,} documents like them ({text_kb:.1f} kB "
                              f"of text each): {pro['vectors'] / 1e6:,.0f}M vectors, {pro['bytes_all_in_gb']:,.1f} GB all in; "
                              f"{pro['per_text_gb']['bytes_all_in_gb']} GB a GB of text.")
