@@ -14,27 +14,16 @@ the positive among the dev passages.
 
 Usage: python eval/notebook/nugget_salient.py [fractions, e.g. 0.25,0.5] [epochs] [lr]
 """
-import pickle
-import random
 import sys
 
 import numpy as np
 import torch
 
-torch.manual_seed(0)
-rng = random.Random(0)
-torch.set_num_threads(1)
-D = pickle.load(open("runs/lab/nugw.pkl", "rb"))
-P, Q, pos = D["P"], D["Q"], D["pos"]
-by_doc = {di: i for i, (di, *_) in enumerate(P)}
-pairs = [(qi, by_doc[d]) for qi, d in enumerate(pos) if d in by_doc]
-docs = sorted({p for _, p in pairs})
-rng.shuffle(docs)
-dev_docs = set(docs[: len(docs) * 15 // 100])
-train_pairs = [x for x in pairs if x[1] not in dev_docs]
-dev = [x for x in pairs if x[1] in dev_docs]
+# The pairs, their states and the disjoint dev split are the twin lab's (its rng is used on from where the split
+# left it).
+from nugget_run_weights import P, Q, dev, rng, train_pairs
+
 train_docs = sorted({p for _, p in train_pairs})
-print("train pairs", len(train_pairs), "dev pairs", len(dev), "dev passages", len(dev_docs), flush=True)
 
 df = np.zeros(1 << 16, np.float64)
 for i in train_docs:
