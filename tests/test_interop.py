@@ -146,6 +146,10 @@ def _scifact_slice(encoder):
     return list(itertools.islice(fits, 1000)), queries
 
 
+# MaxSim (a sum over 32 query vectors) moved by float16 rounding the stored vectors one way or the other.
+TIE = 1e-3
+
+
 def _rankings_agree(encoder, docs, queries, query_vectors, flat, doclens, tmp_path) -> int:
     """On how many queries propdex's index, every document re-scored, returns the MaxSim top 10 of a library's own
     vectors (`flat`: the documents' concatenated, `doclens` each one's count; held at the index's float16), in
@@ -171,9 +175,6 @@ def _rankings_agree(encoder, docs, queries, query_vectors, flat, doclens, tmp_pa
 
     return sum(agrees(g, w, s) for g, w, s in zip(got, want, scores))
 
-
-# MaxSim (a sum over 32 query vectors) moved by float16 rounding the stored vectors one way or the other.
-TIE = 1e-3
 
 INTEROP = Path(__file__).parent / "interop"
 
