@@ -6,8 +6,8 @@ process (E as eval's systems spell it: index options such as
 exactly as a user runs it (its peak RSS is its own and is recorded in the
 manifest; a point whose index is already committed is measured, not
 rebuilt, so a killed curve resumes; every point trains its codec, if it
-has one, in full, so the points differ only in size), then the same query texts searched one
-at a time with `threads` threads in a fresh process. Per point: documents,
+has one, in full, so the points differ only in size), then the same query
+texts searched one at a time with `threads` threads in a fresh process. Per point: documents,
 vectors, encode docs/s, build seconds, peak RSS, bytes all in per vector and
 per document, p50/p95 and the mean time a query spends in each stage of the search, and
 the searching process's peak RSS. `project` extends the largest point's per-document

@@ -5,8 +5,9 @@ passages, hops, context packing) for doc, sentence and unit level, hybrid
 fusion, the second hop and filters, so that a change of structure cannot
 change an answer unnoticed. Scores are compared to 4 decimals: BLAS may sum
 in another order on another CPU. The index is exact (Flat): a trained
-codec's k-means takes other turns on another CPU and moves scores and ranks. Regenerate it (after a change that means to
-alter answers) with `PROPDEX_GOLDEN=write python -m pytest tests/test_same_answers.py`.
+codec's k-means takes other turns on another CPU and moves scores and
+ranks. Regenerate it (after a change that means to alter answers) with
+`PROPDEX_GOLDEN=write python -m pytest tests/test_same_answers.py`.
 """
 import contextlib
 import io
