@@ -22,6 +22,11 @@ from propdex.retriever import Searcher
 
 K = 10
 LENGTHS = ((0, 60), (60, 120), (120, 10**9))
+LENGTH_ROWS = [f"{a}-{b} words" if b < 10**9 else f"{a}+ words" for a, b in LENGTHS]
+
+
+def length_row(words: int) -> str:
+    return next(row for row, (a, b) in zip(LENGTH_ROWS, LENGTHS) if a <= words < b)
 
 
 def ranks(searcher: Searcher, questions: list[dict], depth: int = 100) -> list[dict[str, int]]:
@@ -47,10 +52,8 @@ def main(tokens_index: str, nugget_index: str, hotpot: str) -> None:
     lost = []
     for q, t, n in zip(questions, tok, nug):
         for g in dict.fromkeys(title for title, _ in q["supporting_facts"]):
-            words = len(docs[g].split())
-            length = next(f"{a}-{b}" if b < 10**9 else f"{a}+" for a, b in LENGTHS if a <= words < b)
             ft, fn = t.get(g, 999) <= K, n.get(g, 999) <= K
-            for key in ("all", q["type"], f"{length} words"):
+            for key in ("all", q["type"], length_row(len(docs[g].split()))):
                 table[key]["gold"] += 1
                 table[key]["tokens"] += ft
                 table[key]["nugget"] += fn
@@ -60,10 +63,9 @@ def main(tokens_index: str, nugget_index: str, hotpot: str) -> None:
                 lost.append((q, g, n.get(g)))
     print(f"| gold documents | n | tokens Recall@{K} | nugget Recall@{K} | found by tokens only | by nugget only |")
     print("|---|---|---|---|---|---|")
-    for key in ["all", "bridge", "comparison"] + [f"{a}-{b}" if b < 10**9 else f"{a}+" for a, b in LENGTHS]:
-        c = table[key if key in ("all", "bridge", "comparison") else f"{key} words"]
-        name = key if key in ("all", "bridge", "comparison") else f"{key} words"
-        print(f"| {name} | {c['gold']} | {100 * c['tokens'] / c['gold']:.2f} | {100 * c['nugget'] / c['gold']:.2f} | "
+    for key in ["all", "bridge", "comparison", *LENGTH_ROWS]:
+        c = table[key]
+        print(f"| {key} | {c['gold']} | {100 * c['tokens'] / c['gold']:.2f} | {100 * c['nugget'] / c['gold']:.2f} | "
               f"{c['tokens only']} | {c['nugget only']} |")
     span = [(q, g, r) for q, g, r in lost if normalize_answer(q["answer"]) not in ("yes", "no")]
     holds = [(q, g, r) for q, g, r in span if holds_answer(docs[g], q["answer"])]
