@@ -214,6 +214,16 @@ class Encoder(ABC):
         return self.backbone.recipe.token_dim(self.backbone.dim)
 
     @property
+    def pooled_tokens(self) -> float:
+        """How many token states a stored vector is the mean of (1: a
+        token's own state, or a vector that is not a mean of tokens). A
+        query token meets such a mean at a lower cosine than it meets a
+        token, and the coarse quantiser filed the mean between its tokens'
+        lists, so stage 1 probes this many times the lists for it
+        (retriever.candidates.default_nprobe)."""
+        return 1.0
+
+    @property
     def passage_units(self) -> int | None:
         """The most vectors one passage of a document yields, or None when
         documents are not read passage by passage into many vectors. The

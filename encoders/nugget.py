@@ -145,6 +145,12 @@ class NuggetEncoder(TokensEncoder):
         return self.nugget is None
 
     @property
+    def pooled_tokens(self) -> float:
+        # Frozen runs are means of about 1/r states; a comma chunk or a
+        # trained nugget is one token's state.
+        return 1 / self.ratio if self.nugget is None and self.select == "runs" else 1.0
+
+    @property
     def passage_units(self) -> int | None:
         # k = ceil(n r) nuggets of a passage of n tokens; comma chunks have
         # no bound but the passage's tokens, so they keep whole documents.

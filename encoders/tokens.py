@@ -75,6 +75,10 @@ class TokensEncoder(Encoder):
         return options
 
     @property
+    def pooled_tokens(self) -> float:
+        return float(self.pool_factor)
+
+    @property
     def passage_units(self) -> int:
         # A token a vector, fewer when pooled or pruned; the title's own
         # units (title_units) are not counted, as they score no sentence.

@@ -41,15 +41,19 @@ EVERY_LIST = 1 << 30
 ShardHits = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def default_nprobe(query_vectors: int, lists: int = 4096) -> int:
+def default_nprobe(query_vectors: int, lists: int = 4096, pooled: float = 1.0) -> int:
     """IVF lists probed per query vector unless asked. The vectors of a
     multi-vector query find a document together, so each may miss what the
-    others find: 1/256 of the lists, at least 4 and at most 16. A one-vector
+    others find: 1/256 of the lists, at least 4 and at most 16, times the
+    token states a stored vector pools (`Encoder.pooled_tokens`: 4 for
+    nuggets at r = 0.25), since a query token's nearest lists hold tokens
+    like it, not the means they went into. A one-vector
     query must find every candidate by itself, and a proposition's vector
     lies near its passage's and its siblings', in other lists: 512 lists,
     or all of a smaller index's."""
     if query_vectors > 1:
-        return min(16, max(4, lists // 256))
+        probes = round(min(16, max(4, lists // 256)) * max(1.0, pooled))
+        return min(probes, lists) if lists else probes
     return min(512, max(lists, 128))
 
 
@@ -88,13 +92,14 @@ class Depths:
     nprobe: int  # IVF lists probed per query vector
 
     @classmethod
-    def of(cls, st: SearchSettings, query_vectors: int, vectors_per_doc: float, nprobe: int | None, lists: int) -> "Depths":
+    def of(cls, st: SearchSettings, query_vectors: int, vectors_per_doc: float, nprobe: int | None, lists: int,
+           pooled: float = 1.0) -> "Depths":
         """The call's settings, else the searcher's `nprobe`, else the
         defaults for the batch's longest query (`query_vectors` vectors)."""
         first = st.rerank or default_rerank(query_vectors)
         rescored = max(first, 2 * st.k)
         per_vector = st.candidates or default_candidates(st.k, query_vectors, rescored, vectors_per_doc)
-        return cls(first, rescored, per_vector, st.nprobe or nprobe or default_nprobe(query_vectors, lists))
+        return cls(first, rescored, per_vector, st.nprobe or nprobe or default_nprobe(query_vectors, lists, pooled))
 
 
 def allowed_vectors(vector_masks: Sequence[np.ndarray | None]) -> int:

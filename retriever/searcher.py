@@ -227,7 +227,8 @@ class Searcher:
         _warn_unknown(self.encoder, queries)
         with stage("encode"):
             encoded = [e.vectors for e in self.encoder.encode_queries(list(queries))]
-        depths = stage1.Depths.of(st, max(len(q) for q in encoded), self.vectors_per_doc, self.nprobe, self.lists)
+        depths = stage1.Depths.of(st, max(len(q) for q in encoded), self.vectors_per_doc, self.nprobe, self.lists,
+                                  self.encoder.pooled_tokens)
         masks = [shard.vector_mask(a) for shard, a in zip(self.shards, allowed)]
         if within is None and st.where is not None and stage1.allowed_vectors(masks) <= EXACT_FILTERED_VECTORS:
             # Few vectors pass the filter: re-score every one of their documents.

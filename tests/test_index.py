@@ -229,6 +229,27 @@ def test_default_nprobe_follows_the_lists_of_the_index_it_searches(tmp_path, tin
         assert (s.lists, f.lists) == (16, 0)
 
 
+def test_pooled_vectors_are_probed_in_as_many_times_the_lists(tmp_path, tiny, hotpot_docs):
+    """A stored vector that is the mean of m token states is probed in m
+    times the lists a token is (capped by the lists there are); a
+    one-vector query is not affected. Nuggets pool 1/r states a vector,
+    pooled tokens F, comma chunks and plain tokens one."""
+    from propdex.encoders import load_encoder
+    from propdex.retriever.searcher import default_nprobe
+
+    assert [default_nprobe(30, n, 4.0) for n in (0, 8, 512, 4096)] == [16, 8, 16, 64]
+    assert default_nprobe(30, 1024, 10.0) == 40 and default_nprobe(1, 4096, 4.0) == 512
+    pooled = {spec: load_encoder(name, backbone=tiny, **options).pooled_tokens for spec, (name, options) in {
+        "nugget": ("nugget", {}), "nugget r=0.1": ("nugget", {"ratio": 0.1}), "nugget comma": ("nugget", {"select": "comma"}),
+        "tokens": ("tokens", {}), "tokens pool=2": ("tokens", {"pool": 2})}.items()}
+    assert pooled == {"nugget": 4.0, "nugget r=0.1": 10.0, "nugget comma": 1.0, "tokens": 1.0, "tokens pool=2": 2.0}
+    enc, _ = build(tmp_path, tiny, hotpot_docs, name="pq", factory="IVF16,PQ8", encoder="nugget")
+    queries = [d.text[:80] for d in hotpot_docs[::20]]
+    with Searcher.load(tmp_path / "pq", encoder=enc) as s:
+        ranked = {p: [[(h.doc_id, round(h.score, 5)) for h in s.search(q, k=5, nprobe=p)] for q in queries] for p in (None, 4, 16)}
+    assert ranked[None] == ranked[16] != ranked[4]  # the default probes all 16 lists, not 16 // 256 -> 4
+
+
 def test_default_rerank_is_smaller_for_multi_vector_queries():
     from propdex.retriever.searcher import default_rerank
 
