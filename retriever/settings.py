@@ -36,8 +36,8 @@ def where_clause(text: str) -> tuple[str, str, object]:
 class SearchSettings:
     k: int = option(10, "number of results", minimum=1, flag="-k")
     level: Level = option("doc", "doc, sentence or unit (with --context: sentence)", choices=LEVELS)
-    nprobe: int | None = option(None, "IVF lists probed per query vector (default: all the lists of a small index, or as "
-                                      "many as the query's vector count allows: retriever.candidates.default_nprobe)", minimum=1)
+    nprobe: int | None = option(None, "IVF lists probed per query vector (default: by the query's vector count, the index's "
+                                      "lists and the tokens a stored vector pools: retriever.candidates.default_nprobe)", minimum=1)
     candidates: int | None = option(None, "ANN hits per query vector and shard", minimum=1)
     rerank: int | None = option(None, "stage 1's best documents re-scored exactly and ranked first (default: fewer for a "
                                       "multi-vector query than for one vector); up to 2k are re-scored, the rest ranked after "
