@@ -93,7 +93,7 @@ class Depths:
 
     @classmethod
     def of(cls, st: SearchSettings, query_vectors: int, vectors_per_doc: float, nprobe: int | None, lists: int,
-           pooled: float = 1.0) -> "Depths":
+           pooled: float) -> "Depths":
         """The call's settings, else the searcher's `nprobe`, else the
         defaults for the batch's longest query (`query_vectors` vectors)."""
         first = st.rerank or default_rerank(query_vectors)

@@ -8,7 +8,8 @@ for name in ["grown", "bulk"]:
     s = Searcher.load(f"runs/loadtest/{name}", device="cpu")
     vecs = [e.vectors for e in s.encoder.encode_queries(qs)]
     from propdex.retriever.settings import SearchSettings
-    d = c.Depths.of(SearchSettings.of(k=5), max(len(v) for v in vecs), s.vectors_per_doc, s.nprobe, s.lists)
+    d = c.Depths.of(SearchSettings.of(k=5), max(len(v) for v in vecs), s.vectors_per_doc, s.nprobe, s.lists,
+                     s.encoder.pooled_tokens)
     print(name, "nprobe", d.nprobe, "per_vector", d.per_vector, [sh.index.ntotal for sh in s.shards])
     per = np.zeros(len(s.shards))
     for v in vecs:
