@@ -3,9 +3,11 @@ the shard's stage-1 index or its standalone codes.
 
 Decoding is most of such a query's stage 2, so it is arranged to be cheap:
 4-bit codes decode a byte (a pair of codes) at a time through one 8-bit
-pair codebook a searcher shares across shards, and a rotation in front of
-the codes is applied to the few query vectors instead of being undone on
-every candidate.
+pair codebook a searcher shares across shards (`CodesDecoder`: one gather
+a byte), and a rotation in front of the codes is applied
+to the few query vectors instead of being undone on every candidate.
+Stage 2 decodes a block of rows at a time and multiplies it while it is
+in cache (`retriever.scoring.decoded_similarities`).
 """
 from __future__ import annotations
 
@@ -128,45 +130,64 @@ def _byte_book(pq: Any) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([book[0::2][:, byte & 15], book[1::2][:, byte >> 4]], axis=2), dtype=np.float32)
 
 
-class DeviceDecoder:
-    """Standalone IVF-PQ codes decoded by torch on `device` (a GPU): each
-    byte of a code is a row of one (bytes x 256) table of sub-vectors,
-    gathered, plus its list's centroid, then scaled to `norm` as `decoder`
-    scales them. Behind an orthonormal rotation the codes decode in the
-    rotated space, as `scoring_decoder`'s do (the query is rotated instead).
-    The rows' bytes are gathered from the memory-mapped codes on the CPU
-    (a code is about 100 bytes, its decoded vector 1.5 kB), so only codes
-    cross to the device, and the vectors never come back: stage 2
-    multiplies them there (`retriever.scoring.similarities`). Built once
-    per codec and shared by the shards whose codes it reads."""
+class CodesDecoder:
+    """Standalone IVF-PQ codes of 4 or 8 bits decoded by table lookups, by
+    numpy on the CPU or by torch on `device` (a GPU): each byte of a code
+    names one of 256 sub-vectors of its place (`_byte_book`), gathered as
+    one element, plus its list's centroid, then scaled to `norm` as
+    `decoder` scales them. The rows are the floats FAISS's `sa_decode`
+    gives, faster: stage 2 decodes a few thousand rows at a time, where
+    FAISS copies a sub-vector at a time. Behind an orthonormal rotation
+    the codes decode in the rotated space, as `scoring_decoder`'s do (the
+    query is rotated instead). On a device the rows' bytes are gathered
+    from the memory-mapped codes on the CPU (a code is about 100 bytes,
+    its decoded vector 1.5 kB), so only codes cross to it, and the vectors
+    never come back: stage 2 multiplies them there
+    (`retriever.scoring.decoded_similarities`). Built once per codec and
+    shared by the shards whose codes it reads; ValueError for a codec it
+    does not decode (FAISS's decoder does)."""
 
-    def __init__(self, codec: Any, norm: float | None, device: "str | torch.device") -> None:
+    def __init__(self, codec: Any, norm: float | None, device: "str | torch.device | None" = None) -> None:
         typed = faiss.downcast_index(codec)
         if isinstance(typed, faiss.IndexPreTransform) and _rotation(typed) is None:
-            raise ValueError("a device decodes codes behind an orthonormal rotation only (OPQ's), not another transform")
+            raise ValueError("tables decode codes behind an orthonormal rotation only (OPQ's), not another transform")
         inner = faiss.downcast_index(typed.index) if isinstance(typed, faiss.IndexPreTransform) else typed
         if type(inner) is not faiss.IndexIVFPQ or inner.pq.nbits not in (4, 8) or (inner.pq.nbits == 4 and inner.pq.M % 2):
-            raise ValueError(f"a device decodes IVF-PQ codes of 4 or 8 bits, not {type(inner).__name__}")
-        self.device = torch.device(device)
-        book = _byte_book(inner.pq)
+            raise ValueError(f"tables decode IVF-PQ codes of 4 or 8 bits, not {type(inner).__name__}")
+        self.device = None if device is None else torch.device(device)
+        book = _byte_book(inner.pq)  # (bytes a code, 256, dimensions a byte)
         self.code_bytes, self.width = book.shape[0], book.shape[0] * book.shape[2]
-        self.table = torch.from_numpy(book.reshape(-1, book.shape[2])).to(self.device)
-        self.offsets = (torch.arange(self.code_bytes, dtype=torch.int64) * 256).to(self.device)
         self.list_bytes = int(inner.coarse_code_size())
         centroids = inner.quantizer.reconstruct_n(0, inner.nlist) if inner.by_residual else np.zeros((inner.nlist, inner.d), np.float32)
-        self.centroids = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32)).to(self.device)
+        centroids = np.ascontiguousarray(centroids, dtype=np.float32)
         self.norm = norm
+        if self.device is None:
+            self.table = book.reshape(-1).view(np.dtype((np.void, 4 * book.shape[2])))  # a sub-vector is one element
+            self.offsets = np.arange(self.code_bytes, dtype=np.intp) * 256
+            self.centroids = centroids
+        else:
+            self.table = torch.from_numpy(book.reshape(-1, book.shape[2])).to(self.device)
+            self.offsets = (torch.arange(self.code_bytes, dtype=torch.int64) * 256).to(self.device)
+            self.centroids = torch.from_numpy(centroids).to(self.device)
 
-    def __call__(self, rows: np.ndarray) -> torch.Tensor:
-        """(n, list bytes + code bytes) uint8 standalone codes -> (n, d) float32 on the device."""
+    def __call__(self, rows: np.ndarray) -> "np.ndarray | torch.Tensor":
+        """(n, list bytes + code bytes) uint8 standalone codes -> (n, d)
+        float32: a numpy array, or a tensor on the device."""
+        if self.device is None:
+            rows = np.ascontiguousarray(rows)
+            x = self.table.take(rows[:, self.list_bytes :] + self.offsets).view(np.float32).reshape(len(rows), self.width)
+            x += self.centroids.take(sum(rows[:, i].astype(np.intp) << (8 * i) for i in range(self.list_bytes)), axis=0)
+            if self.norm is not None:
+                to_length(torch.from_numpy(x), self.norm)
+            return x
         raw = torch.from_numpy(np.ascontiguousarray(rows)).to(self.device, non_blocking=True).long()
         lists = sum(raw[:, i] << (8 * i) for i in range(self.list_bytes))
         x = torch.nn.functional.embedding(raw[:, self.list_bytes :] + self.offsets, self.table).reshape(len(raw), self.width)
         x += self.centroids[lists]
         return x if self.norm is None else to_length(x, self.norm)
 
-    def reader(self, codes: np.ndarray) -> Callable[[np.ndarray], torch.Tensor]:
-        """Vector ids of one shard -> their decoded rows on the device."""
+    def reader(self, codes: np.ndarray) -> "Callable[[np.ndarray], np.ndarray | torch.Tensor]":
+        """Vector ids of one shard -> their decoded rows."""
         return lambda ids: self(codes[ids])
 
 

@@ -345,14 +345,27 @@ class ShardStore:
             return [self._array[a:b] if r is None else self._array[a + r] for a, b, r in zip(starts.tolist(), ends.tolist(), rows)]
         if not self.info["vectors"]:
             return [np.zeros((0, self.decoded_dim), np.float16) for _ in ordinals]
-        if self.decoder is None:
-            raise ValueError(f"{self.path} keeps no vectors (store=codes): open it with its ANN index's decoder")
-        wanted = [np.arange(a, b, dtype=np.int64) if r is None else a + np.asarray(r, dtype=np.int64)
-                  for a, b, r in zip(starts.tolist(), ends.tolist(), rows)]
+        wanted = self.vector_ids(ordinals, rows)
         ids = np.concatenate(wanted or [np.zeros(0, np.int64)])
-        flat = self.decoder(ids) if len(ids) else np.zeros((0, self.decoded_dim), np.float32)
+        flat = self.decode(ids) if len(ids) else np.zeros((0, self.decoded_dim), np.float32)
         bounds = np.concatenate([[0], np.cumsum([len(w) for w in wanted])]).astype(np.int64)
         return [flat[bounds[i] : bounds[i + 1]] for i in range(len(wanted))]
+
+    def decode(self, ids: np.ndarray) -> np.ndarray:
+        """The vectors of these ids, decoded from the ANN index's codes (a shard that keeps no vectors)."""
+        if self.decoder is None:
+            raise ValueError(f"{self.path} keeps no vectors (store=codes): open it with its ANN index's decoder")
+        return self.decoder(ids)
+
+    def vector_ids(self, ordinals: Sequence[int], rows: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        """Each document's vector ids in this shard (int64), all of them or
+        those at the positions `rows[i]` (None: all), in their order: what
+        `decoder` takes."""
+        ordinals = list(ordinals)
+        rows = list(rows) if rows is not None else [None] * len(ordinals)
+        starts, ends = self.offsets[ordinals], self.offsets[np.asarray(ordinals, dtype=np.int64) + 1]
+        return [np.arange(a, b, dtype=np.int64) if r is None else a + np.asarray(r, dtype=np.int64)
+                for a, b, r in zip(starts.tolist(), ends.tolist(), rows)]
 
     def iter_vectors(self, rows: int = 1 << 16) -> Iterator[np.ndarray]:
         """All vectors in vector-id order, about `rows` at a time (float32).

@@ -22,7 +22,7 @@ import numpy as np
 
 from propdex.encoders import Document, encoder_from_config, recorded_config
 from propdex.indexer import ann, binary, integrity, lexical
-from propdex.indexer.decoding import DeviceDecoder
+from propdex.indexer.decoding import CodesDecoder
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.store import ShardStore, read_deleted
 
@@ -103,9 +103,10 @@ def query_encoder(manifest: dict[str, Any], encoder: "Encoder | None", device: s
 
 def open_shards(path: Path, manifest: dict[str, Any], mmap: bool, device: Any = None) -> list[Shard]:
     """Every shard that has an ANN index, checked against its manifest entry;
-    on any failure the stores opened so far are closed again. With a torch
-    `device` (a GPU), stage 2 decodes standalone IVF-PQ codes there
-    (`DeviceDecoder`); else FAISS decodes them on the CPU."""
+    on any failure the stores opened so far are closed again. Stage 2
+    decodes standalone IVF-PQ codes by table lookups (`CodesDecoder`), on a
+    torch `device` (a GPU) where one is given, else on the CPU; codes the
+    tables do not decode, FAISS decodes on the CPU."""
     shards: list[Shard] = []
     codecs = _Codecs(path, manifest, device)
     try:
@@ -151,7 +152,8 @@ class _Codecs:
         self.path, self.manifest, self.device = path, manifest, device
         self.codec: Any = None
         self.decoding: Any = None
-        self._on_device: DeviceDecoder | None = None
+        self._tables: CodesDecoder | None = None
+        self._tried = False  # whether the tables were built (or found not to fit the codec)
         self._rotations: list[Any] = []  # the shared rotation, once a shard has made it (it may be None)
 
     def read(self) -> None:
@@ -165,15 +167,16 @@ class _Codecs:
             self._rotations.append(rotate)
         return self._rotations[0]
 
-    def on_device(self) -> DeviceDecoder | None:
-        """The codec's decoder on `device` (None: no device, or codes it does not decode)."""
-        if self.device is not None and self._on_device is None:
+    def tables(self) -> CodesDecoder | None:
+        """The codec's table decoder, on `device` where there is one (None: codes it does not decode)."""
+        if not self._tried:
+            self._tried = True
             try:
-                self._on_device = DeviceDecoder(self.codec, self.manifest["index"].get("vector_norm"), self.device)
+                self._tables = CodesDecoder(self.codec, self.manifest["index"].get("vector_norm"), self.device)
             except ValueError as e:
-                log.warning("stage 2 decodes on the CPU: %s", e)
-                self.device = None
-        return self._on_device
+                if self.device is not None:
+                    log.warning("stage 2 decodes on the CPU: %s", e)
+        return self._tables
 
     def binary(self) -> binary.BinaryCodec:
         if self.codec is None:
@@ -208,8 +211,8 @@ def _open_shard(path: Path, manifest: dict[str, Any], entry: dict[str, Any], mma
                                                         manifest["index"].get("vector_norm"))
             # Shards that share a codec share its rotation: stage 2 rotates a query once for all of them.
             shard.rotate = rotate if codes is None else codecs.rotation(rotate)
-            if codes is not None and codecs.on_device() is not None:
-                store.decoder = codecs.on_device().reader(codes)
+            if codes is not None and codecs.tables() is not None:
+                store.decoder = codecs.tables().reader(codes)
         if entry.get("deleted"):
             shard.live = np.ones(len(store), dtype=bool)
             shard.live[read_deleted(path / entry["name"] / entry["deleted"])] = False

@@ -55,7 +55,7 @@ class Candidate:
         out[:, self.cols] = self.part
         return out
 
-    @property
+    @cached_property
     def scored_units(self) -> np.ndarray:
         """(c, 2) the sentence ranges of the units stage 2 scored, `part`'s columns."""
         return self.unit_sentences if self.cols is None else self.unit_sentences[self.cols]
@@ -148,8 +148,12 @@ def _similarities(shard: Shard, s: int, qs: np.ndarray, ordinals: list[int], exc
     windows = [scoring.sentence_windows(sen, window) if window else None for sen in sentences]
     cols = [hit_windows(w[0], hit.get((s << 32) | o)) if w and hit is not None else None
             for o, w in zip(ordinals, windows)]
-    parts = store.vector_rows(ordinals, cols)
-    sims = scoring.block_logits(qs, np.concatenate(parts), blocks) if blocks else scoring.similarities(qs, parts)
+    if blocks or store.has_vectors:
+        parts = store.vector_rows(ordinals, cols)
+        sims = scoring.block_logits(qs, np.concatenate(parts), blocks) if blocks else scoring.similarities(qs, parts)
+    else:  # codes: decoded and multiplied a block at a time
+        parts = store.vector_ids(ordinals, cols)
+        sims = scoring.decoded_similarities(qs, store.decode, np.concatenate(parts))
     bounds = np.cumsum([0] + [len(v) for v in parts])
     return [Candidate(s, o, sims[:, bounds[i] : bounds[i + 1]], sen, 0.0, cols=c,
                       windows=None if w is None else (w[0] if c is None else w[0][c], w[1]))

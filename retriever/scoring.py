@@ -8,7 +8,7 @@ Cross-Thought first turns its block inner products into attention weights
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -25,21 +25,9 @@ def similarities(queries: np.ndarray, parts: Sequence[np.ndarray], block_rows: i
     block is reused where widening all candidates at once would fault in a
     fresh array as large as all of their vectors, which costs more than
     the product. The result is exactly numpy's float32 product.
-
-    Decoded codes arrive as float32 rows of one array, end to end: they
-    are multiplied where they lie, with no block to copy them into. Codes
-    decoded on a device arrive as torch tensors there (empty parts may be
-    numpy): the product is made on the device and only it comes back.
     """
     q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
     dim = q.shape[1]
-    if any(isinstance(p, torch.Tensor) for p in parts):  # decoded on a device (a GPU): multiplied there
-        rows = [p for p in parts if isinstance(p, torch.Tensor)]
-        x = torch.cat(rows) if len(rows) > 1 else rows[0]
-        return torch.mm(q.to(x.device), x.T).cpu().numpy()
-    joined = _end_to_end(parts)
-    if joined is not None:
-        return torch.mm(q, torch.from_numpy(joined).T).numpy()
     n = sum(len(p) for p in parts)
     out = torch.empty((len(q), n), dtype=torch.float32)
     block = torch.empty((min(block_rows, n), dim), dtype=torch.float32)
@@ -60,23 +48,39 @@ def similarities(queries: np.ndarray, parts: Sequence[np.ndarray], block_rows: i
     return out.numpy()
 
 
-def _end_to_end(parts: Sequence[np.ndarray]) -> np.ndarray | None:
-    """The parts as one (n, dim) float32 array without a copy, where they are
-    consecutive rows of one C-contiguous float32 array; else None. Empty
-    parts are left out: an empty slice's address is its base's, not where
-    it was cut."""
-    rows = [p for p in parts if len(p)]
-    base = rows[0].base if rows else None
-    if not isinstance(base, np.ndarray) or base.dtype != np.float32 or base.ndim != 2 or not base.flags.c_contiguous:
-        return None
-    stride = base.strides[0]
-    start = at = rows[0].__array_interface__["data"][0]
-    for p in rows:
-        if p.base is not base or p.dtype != np.float32 or not p.flags.c_contiguous or p.__array_interface__["data"][0] != at:
-            return None
-        at += len(p) * stride
-    first = (start - base.__array_interface__["data"][0]) // stride
-    return base[first : first + (at - start) // stride]
+DECODED_ROWS = 2048  # rows decoded and multiplied at a time: a block of MiniLM's is 3 MB, within a core's cache
+
+
+def decoded_similarities(queries: np.ndarray, decode: Callable[[np.ndarray], "np.ndarray | torch.Tensor"], ids: np.ndarray,
+                         block_rows: int = DECODED_ROWS) -> np.ndarray:
+    """(m, n) inner products of the queries with the vectors `decode` makes
+    of the n vector `ids` (a store that keeps codes, not vectors), in float32.
+
+    The rows are decoded a block at a time and each block is multiplied as
+    soon as it is decoded, while it is still in the CPU's cache: decoding
+    every candidate first writes an array as large as all their vectors to
+    memory and reads it back for the product, which costs more than either.
+    No block is shorter than half of `block_rows` unless all of `ids` are
+    (a short tail joins the block before it): BLAS takes another kernel for
+    a product over a few rows, and a document's score would then depend on
+    where a block happened to end. A decoder on a device (a GPU) returns
+    torch tensors there: each block is multiplied there and only the
+    product comes back.
+    """
+    q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
+    out = torch.empty((len(q), len(ids)), dtype=torch.float32)
+    bounds = list(range(0, len(ids), block_rows)) + [len(ids)]
+    if len(bounds) > 2 and bounds[-1] - bounds[-2] < block_rows // 2:
+        del bounds[-2]
+    on_device: dict[torch.device, torch.Tensor] = {}
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        rows = decode(ids[a:b])
+        if isinstance(rows, torch.Tensor):
+            qd = on_device.setdefault(rows.device, q.to(rows.device))
+            out[:, a:b] = torch.mm(qd, rows.T).cpu()
+        else:
+            torch.mm(q, torch.from_numpy(rows).T, out=out[:, a:b])
+    return out.numpy()
 
 
 def block_logits(query: np.ndarray, vectors: np.ndarray, blocks: int) -> np.ndarray:
@@ -117,14 +121,16 @@ def sentence_windows(unit_sentences: np.ndarray, window: int) -> tuple[np.ndarra
         inverse = np.repeat(np.arange(len(starts)), counts)
     else:
         _, inverse, counts = np.unique(first, return_inverse=True, return_counts=True)
-    of_sentence = np.empty(len(counts), np.int64)
-    w, used = 0, 0
-    for i, c in enumerate(counts.tolist()):
-        if used and used + c > window:
-            w, used = w + 1, 0
-        of_sentence[i] = w
-        used += c
-    return of_sentence[inverse], w + 1 if len(counts) else 0
+    # A window from sentence i runs to the last sentence whose units still
+    # fit (at least i itself): one search for every i, then a jump a window,
+    # so a long article costs its windows, not its sentences.
+    used = np.r_[0, np.cumsum(counts)]
+    past = np.maximum(np.searchsorted(used, used[:-1] + window, side="right") - 1, np.arange(1, len(counts) + 1))
+    bounds = [0]
+    while bounds[-1] < len(counts):
+        bounds.append(int(past[bounds[-1]]))
+    of_sentence = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+    return of_sentence[inverse], len(bounds) - 1
 
 
 def window_maxsim(sim: np.ndarray, unit_sentences: np.ndarray, window: int) -> float:

@@ -77,18 +77,26 @@ def test_similarities_of_read_only_float16_parts_equal_one_float32_product_in_an
     assert scoring.similarities(q, []).shape == (3, 0)
 
 
-def test_similarities_of_decoded_rows_lying_end_to_end_are_one_product_without_a_copy():
+def test_decoded_similarities_equal_one_product_of_every_decoded_row_in_blocks_never_cut_short():
     rng = np.random.default_rng(4)
-    flat = rng.standard_normal((40, 16)).astype(np.float32)  # as a decoder returns them: one array
+    table = rng.standard_normal((500, 16)).astype(np.float32)  # a decoder: vector id -> its row
+    asked = []
+
+    def decode(ids):
+        asked.append(len(ids))
+        return table[ids]
+
     q = rng.standard_normal((3, 16)).astype(np.float32)
-    parts = [flat[2:7], flat[7:7], flat[7:30], flat[30:40]]
-    joined = scoring._end_to_end(parts)
-    assert joined is not None and np.shares_memory(joined, flat) and joined.shape == (38, 16)
-    np.testing.assert_allclose(scoring.similarities(q, parts), q @ flat[2:40].T, rtol=1e-6, atol=1e-6)
-    # Rows with a gap, out of order, or of two arrays are not end to end: the block path scores them.
-    for apart in ([flat[0:5], flat[6:9]], [flat[5:9], flat[0:5]], [flat[0:5], flat.copy()[5:9]]):
-        assert scoring._end_to_end(apart) is None
-        np.testing.assert_allclose(scoring.similarities(q, apart), q @ np.concatenate(apart).T, rtol=1e-6, atol=1e-6)
+    ids = rng.permutation(500)[:230]
+    got = scoring.decoded_similarities(q, decode, ids, block_rows=64)
+    assert got.dtype == np.float32 and got.shape == (3, 230)
+    np.testing.assert_allclose(got, q @ table[ids].T, rtol=1e-6, atol=1e-6)
+    assert asked == [64, 64, 64, 38]  # a tail of at least half a block is a block of its own
+    asked.clear()
+    scoring.decoded_similarities(q, decode, ids[:200], block_rows=64)
+    assert asked == [64, 64, 72]  # 200 = 3 x 64 + 8: the short tail joins the block before it
+    asked.clear()
+    assert scoring.decoded_similarities(q, decode, ids[:0]).shape == (3, 0) and asked == []
 
 
 def test_sentence_windows_pack_whole_sentences_in_order_and_never_split_one():
@@ -152,3 +160,27 @@ def test_stage1_estimate_per_window_takes_a_documents_best_window():
     windowed = dict(zip(*approximate_doc_scores(scores, docs, 2, query_of, floor, np.array([0, 3, 2, 2]))))
     # Document 7's best window holds one match and the floor for the other: the spread-out document ranks second.
     assert windowed[7] == pytest.approx(1.0) and windowed[9] == pytest.approx(1.6)
+
+
+def test_sentence_windows_are_the_greedy_packing_of_sentences_in_order():
+    from propdex.retriever.scoring import sentence_windows
+
+    def greedy(unit_sentences, window):  # the rule, one sentence at a time
+        _, inverse, counts = np.unique(unit_sentences[:, 0], return_inverse=True, return_counts=True)
+        of_sentence, w, used = [], 0, 0
+        for c in counts.tolist():
+            if used and used + c > window:
+                w, used = w + 1, 0
+            of_sentence.append(w)
+            used += c
+        return np.asarray(of_sentence, np.int64)[inverse], w + 1 if len(counts) else 0
+
+    rng = np.random.default_rng(7)
+    for trial in range(500):
+        n, window = int(rng.integers(0, 80)), int(rng.integers(1, 40))
+        first = rng.integers(0, 25, n)
+        first = np.sort(first) if trial % 2 else first
+        units = np.stack([first, first + rng.integers(0, 2, n)], axis=1).astype(np.int32)
+        groups, count = sentence_windows(units, window)
+        want_groups, want_count = greedy(units, window)
+        assert count == want_count and groups.tolist() == want_groups.tolist()

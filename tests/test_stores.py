@@ -485,7 +485,7 @@ def test_a_device_decodes_standalone_codes_as_faiss_does(pair, name):
     (in the rotated space), to the rows FAISS's stage-2 decoder gives."""
     import torch
 
-    from propdex.indexer.decoding import DeviceDecoder
+    from propdex.indexer.decoding import CodesDecoder
     from propdex.retriever import loading
 
     root, _ = pair
@@ -493,7 +493,7 @@ def test_a_device_decodes_standalone_codes_as_faiss_does(pair, name):
     cpu = loading.open_shards(root / name, manifest, False)
     try:
         codec = ann.read_faiss(root / name / manifest["index"]["trained"])
-        device = DeviceDecoder(codec, manifest["index"].get("vector_norm"), "cpu")
+        device = CodesDecoder(codec, manifest["index"].get("vector_norm"), "cpu")
         for shard, entry in zip(cpu, manifest["shards"]):
             codes = ann.read_codes(root / name / entry["name"] / entry["index"])
             ids = np.arange(0, entry["vectors"], 7)
@@ -529,3 +529,26 @@ def test_stage_two_on_a_device_ranks_as_on_the_cpu(pair, device):
                     a, b = cpu.search(q, k=10, level=level), other.search(q, k=10, level=level)
                     assert [h.doc_id for h in a] == [h.doc_id for h in b]
                     np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-4)
+
+
+@pytest.mark.parametrize("factory", ["IVF64,PQ16x4", "IVF64,PQ8", "IVF300,PQ32x4", "OPQ16,IVF64,PQ16x4"])
+def test_tables_decode_standalone_codes_to_the_floats_faiss_decodes(factory):
+    """Stage 2's table decoder on the CPU (numpy's gather of a sub-vector a
+    byte, a list number of one or two bytes) gives FAISS's decoding bit for
+    bit, 8-bit codes and 4-bit pairs alike, behind OPQ in the rotated
+    space, and scaled to the index's common length as FAISS's decoder
+    scales them: the scores do not depend on which decodes."""
+    from propdex.indexer.decoding import CodesDecoder
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((20000, 64)).astype(np.float32)
+    index = faiss.index_factory(64, factory, faiss.METRIC_INNER_PRODUCT)
+    index.train(x)
+    rows = ann.encode(index, x)
+    ids = rng.permutation(len(x))[:3000]
+    for norm in (None, 1.0):
+        want = ann.scoring_decoder(index, rows, norm)[0](ids)
+        got = CodesDecoder(index, norm).reader(rows)(ids)
+        assert isinstance(got, np.ndarray) and got.dtype == np.float32 and np.array_equal(got, want)
+    with pytest.raises(ValueError, match="4 or 8 bits"):
+        CodesDecoder(faiss.index_factory(64, "IVF64,Flat", faiss.METRIC_INNER_PRODUCT), None)
