@@ -158,7 +158,7 @@ def hit_units(hits: Sequence[tuple[int, np.ndarray, np.ndarray, np.ndarray]], ke
     found, at_all = found[wanted], at_all[wanted]
     order = np.lexsort((at_all, found))
     found, at_all = found[order], at_all[order]
-    starts = np.flatnonzero(np.r_[True, found[1:] != found[:-1]]) if len(found) else np.zeros(0, np.int64)
+    starts = scoring.run_starts(found)
     return {key: np.unique(part) for key, part in zip(found[starts].tolist(), np.split(at_all, starts[1:]))}
 
 

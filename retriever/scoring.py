@@ -116,15 +116,15 @@ def sentence_windows(unit_sentences: np.ndarray, window: int) -> tuple[np.ndarra
     first = unit_sentences[:, 0]
     if len(first) and (first[1:] >= first[:-1]).all():
         # Units in sentence order, as the encoders emit them: runs, not a sort.
-        starts = np.flatnonzero(np.r_[True, first[1:] != first[:-1]])
-        counts = np.diff(np.r_[starts, len(first)])
+        starts = run_starts(first)
+        counts = np.diff(np.append(starts, len(first)))
         inverse = np.repeat(np.arange(len(starts)), counts)
     else:
         _, inverse, counts = np.unique(first, return_inverse=True, return_counts=True)
     # A window from sentence i runs to the last sentence whose units still
     # fit (at least i itself): one search for every i, then a jump a window,
     # so a long article costs its windows, not its sentences.
-    used = np.r_[0, np.cumsum(counts)]
+    used = np.concatenate(([0], np.cumsum(counts)))
     past = np.maximum(np.searchsorted(used, used[:-1] + window, side="right") - 1, np.arange(1, len(counts) + 1))
     bounds = [0]
     while bounds[-1] < len(counts):
@@ -210,9 +210,21 @@ def group_maxsim(sim: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarr
         else:
             order = np.argsort(groups, kind="stable")
             sorted_groups, columns = groups[order], sim[:, order]
-        starts = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])
+        starts = run_starts(sorted_groups)
         best[:, sorted_groups[starts]] = np.maximum.reduceat(columns, starts, axis=1)
     return best.sum(axis=0)
+
+
+def run_starts(values: np.ndarray) -> np.ndarray:
+    """Where each run of equal neighbours in `values` begins (a sorted
+    array's distinct values), by index: stage 2 asks it of every candidate,
+    so it builds no temporary index expression (`np.r_` costs more than the
+    comparison here)."""
+    change = np.empty(len(values), bool)
+    if len(values):
+        change[0] = True
+        np.not_equal(values[1:], values[:-1], out=change[1:])
+    return np.flatnonzero(change)
 
 
 def sentence_columns(unit_sentences: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

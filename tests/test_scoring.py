@@ -184,3 +184,9 @@ def test_sentence_windows_are_the_greedy_packing_of_sentences_in_order():
         groups, count = sentence_windows(units, window)
         want_groups, want_count = greedy(units, window)
         assert count == want_count and groups.tolist() == want_groups.tolist()
+
+
+def test_run_starts_are_the_first_index_of_each_run_of_equal_values():
+    assert scoring.run_starts(np.array([3, 3, 5, 5, 5, 7, 3])).tolist() == [0, 2, 5, 6]
+    assert scoring.run_starts(np.array([4])).tolist() == [0]
+    assert scoring.run_starts(np.zeros(0, np.int64)).tolist() == []
