@@ -48,7 +48,7 @@ def similarities(queries: np.ndarray, parts: Sequence[np.ndarray], block_rows: i
     return out.numpy()
 
 
-DECODED_ROWS = 2048  # rows decoded and multiplied at a time: a block of MiniLM's is 3 MB, within a core's cache
+DECODED_ROWS = 1024  # rows decoded and multiplied at a time: a block of MiniLM's is 1.5 MB, within a core's cache
 
 
 def decoded_similarities(queries: np.ndarray, decode: Callable[[np.ndarray], "np.ndarray | torch.Tensor"], ids: np.ndarray,
