@@ -75,6 +75,11 @@ def pack_units(units: Sequence[Unit]) -> tuple[np.ndarray, np.ndarray]:
 
 def unpack_units(doc_id: str, sentences: np.ndarray, packed: np.ndarray, which: Sequence[int] | None = None) -> list[Unit]:
     """The units of a document, or only those at positions `which` (in that order)."""
+    width = _record_width(packed, len(sentences))
+    if width:  # records of one size (a span each): the wanted rows in one gather
+        at = slice(None) if which is None else np.asarray(which, dtype=np.int64)
+        ranges, records = sentences[at].tolist(), packed.reshape(-1, width)[at].tolist()
+        return [Unit(doc_id, first, tuple(zip(r[2::2], r[3::2])), Kind(r[0]), last) for (first, last), r in zip(ranges, records)]
     starts = _record_starts(packed, len(sentences))
     out = []
     for j in range(len(sentences)) if which is None else which:
@@ -88,19 +93,25 @@ def unpack_units(doc_id: str, sentences: np.ndarray, packed: np.ndarray, which: 
 
 def _record_starts(packed: np.ndarray, n: int) -> np.ndarray:
     """Where each of the `n` unit records (kind, span count, spans) starts in
-    `packed`. Records are variable-length; where every unit has the same
-    number of spans (a token, a run of tokens: one each) they are found by
-    arithmetic, since a hit reads a few units of a document of thousands."""
-    if n and len(packed) % n == 0:
-        width = len(packed) // n
-        if width >= 2 and width % 2 == 0 and (packed[1::width] == (width - 2) // 2).all():
-            return np.arange(n, dtype=np.int64) * width
+    `packed`, by walking their headers: records of different lengths."""
     flat = packed.tolist()
     starts, i = [], 0
     for _ in range(n):  # walk the headers
         starts.append(i)
         i += 2 + 2 * flat[i + 1]
     return np.asarray(starts, dtype=np.int64)
+
+
+def _record_width(packed: np.ndarray, n: int) -> int:
+    """The length of every one of the `n` unit records in `packed` where all
+    have the same number of spans (a token, a run of tokens: one each), else
+    0: then a record is found by arithmetic, since a hit reads a few units
+    of a document of thousands."""
+    if n and len(packed) % n == 0:
+        width = len(packed) // n
+        if width >= 2 and width % 2 == 0 and (packed[1::width] == (width - 2) // 2).all():
+            return width
+    return 0
 
 
 @dataclass

@@ -174,13 +174,14 @@ def _spans(units: Sequence[Unit], sentences: Sequence[tuple[int, int]], sentence
 
 def _passage(c: "Candidate", window: int | None, n_sentences: int) -> tuple[tuple[int, int] | None, int]:
     """A document-level hit's passage, its best window (the whole document
-    without one), and its best sentence inside it; (None, best sentence)
-    where no unit covers a sentence."""
-    scores = c.sentence_scores()
-    best = int(np.argmax(scores)) if len(scores) else 0
+    without one), and its best sentence inside it, from the passage's
+    sentences' scores alone; (None, best sentence) where no unit covers a
+    sentence."""
     passage = c.best_window(window) if window else (0, n_sentences - 1)
-    if passage is None or not len(scores):
-        return None, best
-    passage = (min(passage[0], n_sentences - 1), min(passage[1], n_sentences - 1))
-    inside = scores[passage[0]:passage[1] + 1]
-    return passage, passage[0] + int(np.argmax(inside)) if len(inside) else best
+    if passage is not None and c.sentences:
+        passage = (min(passage[0], n_sentences - 1), min(passage[1], n_sentences - 1))
+        inside = c.sentence_scores(*passage)
+        if len(inside):
+            return passage, passage[0] + int(np.argmax(inside))
+    scores = c.sentence_scores()
+    return passage if c.sentences else None, int(np.argmax(scores)) if len(scores) else 0

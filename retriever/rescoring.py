@@ -64,18 +64,35 @@ class Candidate:
         """The document positions of columns of `part`."""
         return columns if self.cols is None else self.cols[columns]
 
-    def sentence_scores(self) -> np.ndarray:
-        """MaxSim per sentence of the document (-inf where it has no scored unit)."""
-        n = int(self.unit_sentences[:, 1].max()) + 1 if len(self.unit_sentences) else 0
-        return scoring.sentence_scores(self.part, self.scored_units, n)
+    @cached_property
+    def sentences(self) -> int:
+        """The sentences its units reach: 1 + the last any unit covers."""
+        return int(self.unit_sentences[:, 1].max()) + 1 if len(self.unit_sentences) else 0
+
+    def sentence_scores(self, first: int = 0, last: int | None = None) -> np.ndarray:
+        """MaxSim per sentence of the document, or of its sentences
+        first..last that its units reach (-inf where it has no scored unit)."""
+        if first == 0 and (last is None or last >= self.sentences - 1):
+            return scoring.sentence_scores(self.part, self.scored_units, self.sentences)
+        last = min(self.sentences - 1 if last is None else last, self.sentences - 1)
+        if last < first:
+            return np.zeros(0, np.float32)
+        return scoring.sentence_range_scores(self.part, self.scored_units, first, last)
 
     def unit_scores(self) -> np.ndarray:
         """Each unit's score (-inf where not scored); title units cover no
         sentence (last < first) and are never a unit hit."""
         out = np.full(len(self.unit_sentences), -np.inf, dtype=np.float32)
-        units = self.scored_units
-        out[self.position(np.arange(len(units)))] = np.where(units[:, 1] >= units[:, 0], scoring.unit_scores(self.part), -np.inf)
+        positions, scores = self.unit_rows()
+        out[positions] = scores
         return out
+
+    def unit_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The document positions of the scored units that cover a sentence,
+        ascending, and their scores (`unit_scores` without the rest)."""
+        units = self.scored_units
+        covers = np.flatnonzero(units[:, 1] >= units[:, 0])
+        return self.position(covers), scoring.unit_scores(self.part[:, covers])
 
     def best_window(self, window: int) -> tuple[int, int] | None:
         """The first and last sentence of its best window (`scoring.best_window`),
@@ -205,14 +222,39 @@ def _second_tier(cands: list[Candidate], chosen: np.ndarray, first: int) -> None
 def rows(cands: Sequence[Candidate], k: int, level: Level) -> list[Row]:
     """The best k rows of the candidates at `level`, best first. Second-tier
     candidates stay behind the first tier's, and ties fall to the shard,
-    ordinal and sentence or unit: the same query ranks the same way."""
+    ordinal and sentence or unit: the same query ranks the same way. The
+    rows of all candidates are ranked in one sort, since a query has dozens
+    of candidates and each hundreds of sentences or thousands of units."""
     if level == "doc":
         return [(c.score, ci, 0) for ci, c in enumerate(cands[:k])]
-    out: list[Row] = []
-    for ci, c in enumerate(cands):
-        scores = c.sentence_scores() if level == "sentence" else c.unit_scores()
-        for j in scoring.top_k(scores, k):
-            if np.isfinite(scores[j]):
-                out.append((float(scores[j]), ci, int(j)))
-    out.sort(key=lambda r: (cands[r[1]].tier, -r[0], cands[r[1]].shard, cands[r[1]].ordinal, r[2]))
-    return out[:k]
+    if not cands:
+        return []
+    if level == "sentence":
+        scores = scoring.sentence_scores_of([c.part for c in cands], [c.scored_units for c in cands], [c.sentences for c in cands])
+        positions = [np.arange(len(s)) for s in scores]
+    else:
+        positions, scores = zip(*(c.unit_rows() for c in cands))
+    owner = np.repeat(np.arange(len(cands)), [len(s) for s in scores])
+    score, position = np.concatenate(scores), np.concatenate(positions)
+    tier, shard, ordinal = np.array([(c.tier, c.shard, c.ordinal) for c in cands], dtype=np.int64).T[:, owner]
+    keep = _contenders(score, tier, k)
+    score, owner, position, tier, shard, ordinal = (a[keep] for a in (score, owner, position, tier, shard, ordinal))
+    best = np.lexsort((position, ordinal, shard, -score, tier))[:k]
+    return list(zip(score[best].tolist(), owner[best].tolist(), position[best].tolist()))
+
+
+def _contenders(score: np.ndarray, tier: np.ndarray, k: int) -> np.ndarray:
+    """The rows that may be among the best k (finite scores, the first tier
+    first, a tier's rows at or above its k-th best score, ties and all):
+    the full sort then orders a few dozen rows, not every unit."""
+    keep = []
+    for t in (0, 1):
+        mine = np.flatnonzero((tier == t) & np.isfinite(score))
+        if k <= 0 or not len(mine):
+            continue
+        if len(mine) > k:
+            kth = np.partition(score[mine], len(mine) - k)[len(mine) - k]
+            mine = mine[score[mine] >= kth]
+        keep.append(mine)
+        k -= len(mine)
+    return np.concatenate(keep) if keep else np.zeros(0, np.int64)

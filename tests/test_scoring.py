@@ -190,3 +190,59 @@ def test_run_starts_are_the_first_index_of_each_run_of_equal_values():
     assert scoring.run_starts(np.array([3, 3, 5, 5, 5, 7, 3])).tolist() == [0, 2, 5, 6]
     assert scoring.run_starts(np.array([4])).tolist() == [0]
     assert scoring.run_starts(np.zeros(0, np.int64)).tolist() == []
+
+
+def _random_document(rng, max_sentences=12):
+    """A document's units as the encoders emit them: in sentence order, most
+    inside one sentence, some passages over several, title units (s, s - 1)
+    first."""
+    n = int(rng.integers(1, max_sentences))
+    units = [(0, -1)] * int(rng.integers(0, 3))
+    for s in range(n):
+        for _ in range(int(rng.integers(0, 4))):
+            units.append((s, min(n - 1, s + int(rng.integers(0, 3))) if rng.random() < 0.2 else s))
+    return np.array(units, dtype=np.int32).reshape(-1, 2), n
+
+
+def test_sentence_scores_side_by_side_and_of_a_range_equal_each_document_scored_alone():
+    """Aggregation scores every candidate's sentences in one call and a hit's
+    passage's sentences alone: both must be bit for bit the scores of each
+    document's sentences computed whole (a sentence ranks by them)."""
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        docs = [_random_document(rng) for _ in range(int(rng.integers(1, 6)))]
+        m = int(rng.integers(1, 6))
+        sims = [rng.normal(size=(m, len(us))).astype(np.float32) for us, _ in docs]
+        counts = [int(us[:, 1].max()) + 1 if len(us) else 0 for us, _ in docs]
+        alone = [scoring.sentence_scores(sim, us, c) for sim, (us, _), c in zip(sims, docs, counts)]
+        joint = scoring.sentence_scores_of(sims, [us for us, _ in docs], counts)
+        assert len(joint) == len(alone) and all(np.array_equal(a, b) for a, b in zip(joint, alone))
+        for sim, (us, _), whole, c in zip(sims, docs, alone, counts):
+            if c:
+                first = int(rng.integers(0, c))
+                last = int(rng.integers(first, c))
+                assert np.array_equal(scoring.sentence_range_scores(sim, us, first, last), whole[first:last + 1])
+
+
+def test_rows_rank_every_candidates_sentences_and_units_as_each_ranked_alone_then_merged():
+    """`rows` ranks all candidates' rows in one sort; the rule, written per
+    candidate: its k best (ties by position), merged by tier, score, shard,
+    ordinal, position."""
+    from propdex.retriever.rescoring import Candidate, rows
+
+    rng = np.random.default_rng(4)
+    for _ in range(60):
+        cands = []
+        for i in range(int(rng.integers(1, 8))):
+            us, _ = _random_document(rng)
+            # few distinct values, so that scores tie across candidates and inside one
+            part = rng.integers(0, 3, size=(2, len(us))).astype(np.float32)
+            cands.append(Candidate(int(rng.integers(0, 2)), int(rng.integers(0, 50)), part, us, 0.0, tier=int(rng.random() < 0.3)))
+        k = int(rng.integers(1, 15))
+        for level in ("sentence", "unit"):
+            expected = []
+            for ci, c in enumerate(cands):
+                scores = c.sentence_scores() if level == "sentence" else c.unit_scores()
+                expected += [(float(scores[j]), ci, int(j)) for j in scoring.top_k(scores, k) if np.isfinite(scores[j])]
+            expected.sort(key=lambda r: (cands[r[1]].tier, -r[0], cands[r[1]].shard, cands[r[1]].ordinal, r[2]))
+            assert rows(cands, k, level) == expected[:k]
