@@ -162,8 +162,8 @@ def _similarities(shard: Shard, s: int, qs: np.ndarray, ordinals: list[int], exc
     if not ordinals:
         return []
     sentences = store.unit_sentences(ordinals)
-    windows = [scoring.sentence_windows(sen, window) if window else None for sen in sentences]
-    cols = [hit_windows(w[0], hit.get((s << 32) | o)) if w and hit is not None else None
+    windows = scoring.sentence_windows_of(sentences, window) if window else [None] * len(sentences)
+    cols = [hit_windows(w, hit.get((s << 32) | o)) if w and hit is not None else None
             for o, w in zip(ordinals, windows)]
     if blocks or store.has_vectors:
         parts = store.vector_rows(ordinals, cols)
@@ -177,17 +177,20 @@ def _similarities(shard: Shard, s: int, qs: np.ndarray, ordinals: list[int], exc
             for i, (o, sen, c, w) in enumerate(zip(ordinals, sentences, cols, windows))]
 
 
-def hit_windows(groups: np.ndarray, hit: np.ndarray | None) -> np.ndarray | None:
-    """The positions of the units whose window (`groups`: each unit's, as
-    `scoring.sentence_windows` packs them) holds a `hit` unit; None for
-    every unit (no hit known, or every window hit). Stage 1 chose the
-    document for its hits, and a window where none of the query's vectors
-    found a near neighbour is seldom its best: on a long article, the
-    windows that were hit are a small part of what exact MaxSim would
+def hit_windows(windows: tuple[np.ndarray, int], hit: np.ndarray | None) -> np.ndarray | None:
+    """The positions of the units whose window (`windows`: each unit's and
+    how many, as `scoring.sentence_windows` packs them) holds a `hit` unit;
+    None for every unit (no hit known, or every window hit). Stage 1 chose
+    the document for its hits, and a window where none of the query's
+    vectors found a near neighbour is seldom its best: on a long article,
+    the windows that were hit are a small part of what exact MaxSim would
     decode and multiply."""
+    groups, n = windows
     if hit is None or not len(hit):
         return None
-    keep = np.flatnonzero(np.isin(groups, groups[hit[hit < len(groups)]]))
+    was_hit = np.zeros(n, bool)
+    was_hit[groups[hit[hit < len(groups)]]] = True
+    keep = np.flatnonzero(was_hit[groups])
     return None if len(keep) == len(groups) else keep
 
 

@@ -113,24 +113,46 @@ def sentence_windows(unit_sentences: np.ndarray, window: int) -> tuple[np.ndarra
     more units is a window of its own): the encoder's packing of passages,
     counted in stored vectors instead of tokens, since the store keeps no
     passage boundaries. Units are grouped by the sentence they start in."""
-    first = unit_sentences[:, 0]
+    return sentence_windows_of([unit_sentences], window)[0]
+
+
+def sentence_windows_of(unit_sentences: Sequence[np.ndarray], window: int) -> list[tuple[np.ndarray, int]]:
+    """`sentence_windows` of several documents, computed together: stage 2
+    asks it of dozens of candidates a query, and a few numpy calls over all
+    of their units cost less than a dozen a document. The documents'
+    sentences are numbered one after another (a sentence of a later
+    document always after those of an earlier one), and a window never
+    runs past its document's last sentence."""
+    sizes = np.array([len(us) for us in unit_sentences], dtype=np.int64)
+    doc_of_unit = np.repeat(np.arange(len(sizes)), sizes)
+    first = np.concatenate([us[:, 0] for us in unit_sentences]).astype(np.int64) if len(sizes) else np.zeros(0, np.int64)
+    # Each document's sentences after the last one's: sentence keys increase across documents.
+    spans = np.array([int(us[:, 0].max()) + 1 if len(us) else 0 for us in unit_sentences], dtype=np.int64)
+    first += np.repeat(np.cumsum(spans) - spans, sizes)
     if len(first) and (first[1:] >= first[:-1]).all():
         # Units in sentence order, as the encoders emit them: runs, not a sort.
         starts = run_starts(first)
         counts = np.diff(np.append(starts, len(first)))
-        inverse = np.repeat(np.arange(len(starts)), counts)
+        doc_of_group, inverse = doc_of_unit[starts], None
     else:
-        _, inverse, counts = np.unique(first, return_inverse=True, return_counts=True)
-    # A window from sentence i runs to the last sentence whose units still
-    # fit (at least i itself): one search for every i, then a jump a window,
-    # so a long article costs its windows, not its sentences.
+        _, start_of_key, inverse, counts = np.unique(first, return_index=True, return_inverse=True, return_counts=True)
+        doc_of_group = doc_of_unit[start_of_key]
+    # A window from sentence i runs to the last sentence of its document whose
+    # units still fit (at least i itself): one search for every i, then a jump
+    # a window, so a long article costs its windows, not its sentences.
     used = np.concatenate(([0], np.cumsum(counts)))
-    past = np.maximum(np.searchsorted(used, used[:-1] + window, side="right") - 1, np.arange(1, len(counts) + 1))
+    end = np.searchsorted(doc_of_group, np.arange(len(sizes)), side="right")[doc_of_group]  # past each group's document
+    past = np.minimum(np.maximum(np.searchsorted(used, used[:-1] + window, side="right") - 1, np.arange(1, len(counts) + 1)), end)
+    jumps = past.tolist()
     bounds = [0]
-    while bounds[-1] < len(counts):
-        bounds.append(int(past[bounds[-1]]))
-    of_sentence = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
-    return of_sentence[inverse], len(bounds) - 1
+    while bounds[-1] < len(jumps):
+        bounds.append(jumps[bounds[-1]])
+    of_group = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+    of_unit = np.repeat(of_group, counts) if inverse is None else of_group[inverse.reshape(-1)]
+    # Windows numbered within their document.
+    per_doc = np.bincount(doc_of_group[bounds[:-1]], minlength=len(sizes)) if len(bounds) > 1 else np.zeros(len(sizes), np.int64)
+    of_unit -= np.repeat(np.cumsum(per_doc) - per_doc, sizes)
+    return [(g, int(n)) for g, n in zip(np.split(of_unit, np.cumsum(sizes)[:-1]), per_doc)]
 
 
 def window_maxsim(sim: np.ndarray, unit_sentences: np.ndarray, window: int) -> float:
@@ -175,7 +197,7 @@ def window_maxsims(sim: np.ndarray, unit_sentences: Sequence[np.ndarray], window
     `group_maxsim`: stage 2 scores its candidates in one call, since a
     document's windows are few and small, and one call per document would
     spend more in numpy's per-call overhead than in the arithmetic."""
-    return windowed_maxsims(sim, [sentence_windows(us, window) for us in unit_sentences])
+    return windowed_maxsims(sim, sentence_windows_of(unit_sentences, window))
 
 
 def windowed_maxsims(sim: np.ndarray, windows: Sequence[tuple[np.ndarray, int]]) -> np.ndarray:

@@ -162,28 +162,51 @@ def test_stage1_estimate_per_window_takes_a_documents_best_window():
     assert windowed[7] == pytest.approx(1.0) and windowed[9] == pytest.approx(1.6)
 
 
+def greedy_windows(unit_sentences, window):
+    """The packing rule, one sentence at a time."""
+    _, inverse, counts = np.unique(unit_sentences[:, 0], return_inverse=True, return_counts=True)
+    of_sentence, w, used = [], 0, 0
+    for c in counts.tolist():
+        if used and used + c > window:
+            w, used = w + 1, 0
+        of_sentence.append(w)
+        used += c
+    return np.asarray(of_sentence, np.int64)[inverse.reshape(-1)], w + 1 if len(counts) else 0
+
+
+def random_units(rng, sort):
+    n = int(rng.integers(0, 80))
+    first = rng.integers(0, 25, n)
+    first = np.sort(first) if sort else first
+    return np.stack([first, first + rng.integers(0, 2, n)], axis=1).astype(np.int32)
+
+
 def test_sentence_windows_are_the_greedy_packing_of_sentences_in_order():
     from propdex.retriever.scoring import sentence_windows
 
-    def greedy(unit_sentences, window):  # the rule, one sentence at a time
-        _, inverse, counts = np.unique(unit_sentences[:, 0], return_inverse=True, return_counts=True)
-        of_sentence, w, used = [], 0, 0
-        for c in counts.tolist():
-            if used and used + c > window:
-                w, used = w + 1, 0
-            of_sentence.append(w)
-            used += c
-        return np.asarray(of_sentence, np.int64)[inverse], w + 1 if len(counts) else 0
-
     rng = np.random.default_rng(7)
     for trial in range(500):
-        n, window = int(rng.integers(0, 80)), int(rng.integers(1, 40))
-        first = rng.integers(0, 25, n)
-        first = np.sort(first) if trial % 2 else first
-        units = np.stack([first, first + rng.integers(0, 2, n)], axis=1).astype(np.int32)
+        units, window = random_units(rng, trial % 2), int(rng.integers(1, 40))
         groups, count = sentence_windows(units, window)
-        want_groups, want_count = greedy(units, window)
+        want_groups, want_count = greedy_windows(units, window)
         assert count == want_count and groups.tolist() == want_groups.tolist()
+
+
+def test_sentence_windows_of_several_documents_are_each_documents_own():
+    """Stage 2 packs all of a shard's candidates in one call: no window may
+    run from one document into the next, and each document's windows are
+    numbered from 0, whatever its neighbours (empty, unsorted, one sentence)."""
+    from propdex.retriever.scoring import sentence_windows_of
+
+    rng = np.random.default_rng(8)
+    for trial in range(300):
+        docs = [random_units(rng, rng.random() < 0.8) for _ in range(int(rng.integers(0, 7)))]
+        window = int(rng.integers(1, 40))
+        got = sentence_windows_of(docs, window)
+        assert len(got) == len(docs)
+        for units, (groups, count) in zip(docs, got):
+            want_groups, want_count = greedy_windows(units, window)
+            assert count == want_count and groups.tolist() == want_groups.tolist()
 
 
 def test_run_starts_are_the_first_index_of_each_run_of_equal_values():
@@ -246,3 +269,21 @@ def test_rows_rank_every_candidates_sentences_and_units_as_each_ranked_alone_the
                 expected += [(float(scores[j]), ci, int(j)) for j in scoring.top_k(scores, k) if np.isfinite(scores[j])]
             expected.sort(key=lambda r: (cands[r[1]].tier, -r[0], cands[r[1]].shard, cands[r[1]].ordinal, r[2]))
             assert rows(cands, k, level) == expected[:k]
+
+
+def test_hit_windows_keep_every_unit_of_each_window_a_hit_fell_in():
+    from propdex.retriever.rescoring import hit_windows
+    from propdex.retriever.scoring import sentence_windows
+
+    rng = np.random.default_rng(9)
+    for _ in range(200):
+        units = random_units(rng, True)
+        windows = sentence_windows(units, int(rng.integers(1, 20)))
+        hit = rng.integers(0, max(1, len(units)) + 2, int(rng.integers(0, 6)))  # some past the end: ignored
+        got = hit_windows(windows, hit)
+        groups = windows[0]
+        want = np.flatnonzero(np.isin(groups, groups[hit[hit < len(groups)]]))
+        if not len(hit) or len(want) == len(groups):
+            assert got is None
+        else:
+            assert got.tolist() == want.tolist()
