@@ -90,3 +90,29 @@ def test_eval_figures_equal_search_runs_scored_by_eval_run(tmp_path, level):
         assert {m: round(100 * v, 2) for m, v in figures.items()} == {m: round(100 * v, 2) for m, v in result[spec]["metrics"].items()}, spec
     # The fusions and the hop change the ranking: the comparison above is not of one run with itself.
     assert result["tokens"]["metrics"] != result["tokens+bm25"]["metrics"] != result["tokens+bm25:hops=2"]["metrics"]
+
+
+def test_a_results_file_names_its_commit_and_says_when_the_code_differs_from_it(tmp_path):
+    """A figure is traced to its commit: run from a checkout whose code was
+    changed after it, the record must say so, and changes outside the code
+    (notes, results) must not."""
+    import subprocess
+
+    from propdex.eval.provenance import _git_head
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "retriever").mkdir()
+    (tmp_path / "eval" / "notebook").mkdir(parents=True)
+    (tmp_path / "retriever" / "hits.py").write_text("x = 1\n")
+    (tmp_path / "eval" / "notebook" / "notes.md").write_text("notes\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    assert _git_head((tmp_path,)) == head
+    (tmp_path / "eval" / "notebook" / "notes.md").write_text("more notes\n")
+    assert _git_head((tmp_path,)) == head
+    (tmp_path / "retriever" / "hits.py").write_text("x = 2\n")
+    assert _git_head((tmp_path,)) == f"{head}-modified"
