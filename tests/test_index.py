@@ -367,6 +367,7 @@ def test_a_small_corpus_trains_its_codec_quick_and_a_large_one_in_full(tmp_path,
     assert factory.training_size("OPQ8,IVF16,PQ8", 10**6, "quick") == 40 * 256  # an 8-bit PQ's 256 centroids
     assert factory.training_size("OPQ8,IVF512,PQ8", 10**6, "full") == 65_536
     assert factory.training_size("OPQ8,IVF512,PQ8", 5_000, "full") == 5_000
+    assert factory.training_size("OPQ8,IVF512_HNSW32,PQ8", 10**6, "quick") == 40 * 512  # a graph over the lists
     trained = []
     real = ann.train
     monkeypatch.setattr(ann, "train", lambda f, sample, iterations=None: trained.append((len(sample), iterations)) or real(f, sample, iterations))
