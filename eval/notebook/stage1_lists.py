@@ -1,0 +1,42 @@
+"""Stage 1 at one thread on scale-curve indexes that differ only in their IVF lists (the same vectors, the
+same codes budget): for each index and probe count, the top-10 documents' agreement with the same index probed
+in every list (stage 1 exact over its codes: what stage 1 alone can lose), whether the first document is the
+same, stage-1 and whole-query ms. Dev queries (Wikipedia sentences, not HotpotQA: `dev_queries`).
+
+    python eval/notebook/stage1_lists.py 1000 runs/bench/scale/tokens-1000:8,16 runs/lab/s1000-ivf8192:8,16,32
+"""
+import json, sys, time
+import numpy as np
+from dev_queries import dev_queries
+from propdex.retriever import Searcher, stage_times
+from propdex.retriever.candidates import EVERY_LIST
+
+n_indexed = int(sys.argv[1])
+queries = dev_queries(n_indexed)
+report = {}
+for spec in sys.argv[2:]:
+    index, probes = spec.split(":")
+    with Searcher.load(index, threads=1, device="cpu") as s:
+        s.search("warm up", k=10)
+
+        def run(nprobe):
+            out = []
+            with stage_times() as spent:
+                t = time.perf_counter()
+                for q, _ in queries:
+                    out.append([h.doc_id for h in s.search(q, k=10, nprobe=nprobe)])
+                ms = (time.perf_counter() - t) * 1000 / len(queries)
+            return out, round(ms, 1), {k: round(v * 1000 / len(queries), 1) for k, v in spent.items()}
+
+        ref, ms, st = run(EVERY_LIST)
+        print(index, "every list", ms, st, flush=True)
+        rows = {"every": {"ms": ms, "stages": st}}
+        for p in [int(x) for x in probes.split(",")]:
+            got, ms, st = run(p)
+            overlap = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, ref)]))
+            first = float(np.mean([a[:1] == b[:1] for a, b in zip(got, ref)]))
+            source = float(np.mean([g[:1] == [d] for g, (q, d) in zip(got, queries) if d]))
+            rows[p] = {"ms": ms, "stages": st, "overlap@10": round(overlap, 4), "same first": round(first, 3), "source first": round(source, 3)}
+            print(index, f"nprobe {p}", rows[p], flush=True)
+        report[index] = {"factory": s.manifest["index"]["factory"], "rows": rows}
+print(json.dumps(report))
