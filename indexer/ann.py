@@ -30,7 +30,7 @@ __all__ = [
     "Assignment", "BACKENDS", "CODES_FILE", "CODE_BYTES", "FLAT_BELOW", "HnswIndex", "MIN_CODE_BYTES", "OPQ_ITERATIONS", "QUICK_BELOW", "TRAININGS", "_NO_FAISS", "_NoFaiss", "_byte_codec",
     "_decoder", "_fill", "_four_bit", "_lists", "_on_quantizer_of", "_rotate_for_the_codes", "apply_threads", "assign", "build_hnsw",
     "codes_factory", "common_norm", "decoder", "decoding_codec", "default_factory", "encode", "faiss", "fast_scan", "fill",
-    "holds_codes", "index_from_codes", "lists", "list_bytes", "log", "make_index", "read_codes", "read_faiss", "read_shard_index",
+    "holds_codes", "index_from_codes", "lists", "list_bytes", "log", "make_index", "quantizer_params", "read_codes", "read_faiss", "read_shard_index",
     "require_faiss", "scoring_decoder", "search", "search_assigned", "search_params", "set_threads", "standalone", "train", "training", "training_size",
     "write_faiss",
 ]
@@ -85,12 +85,29 @@ def search_params(index: Any, nprobe: int, selector: "faiss.IDSelector | None" =
         params.referenced_objects = [inner]  # SWIG keeps a raw pointer: keep the Python object alive
         return params
     if isinstance(index, faiss.IndexIVF):
-        return faiss.SearchParametersIVF(nprobe=nprobe, sel=selector) if selector is not None else faiss.SearchParametersIVF(nprobe=nprobe)
+        params = faiss.SearchParametersIVF(nprobe=nprobe, sel=selector) if selector is not None else faiss.SearchParametersIVF(nprobe=nprobe)
+        graph = quantizer_params(index, nprobe)
+        if graph is not None:
+            params.quantizer_params = graph
+            params.referenced_objects = [graph]
+        return params
     if selector is None:
         return None
     if isinstance(index, faiss.IndexHNSW):
         return faiss.SearchParametersHNSW(sel=selector)
     return faiss.SearchParameters(sel=selector)
+
+
+def quantizer_params(ivf: Any, nprobe: int) -> "faiss.SearchParametersHNSW | None":
+    """Where an IVF index finds its lists through a graph (`IVF65536_HNSW32`),
+    the graph's search parameters that return `nprobe` lists: an HNSW search
+    keeps only its efSearch best candidates, so asked for more lists than
+    that (every list, where a filter leaves too few vectors) it would return
+    a few hundred and silently skip the rest. None for a flat quantizer."""
+    quantizer = faiss.downcast_index(ivf.quantizer)
+    if not isinstance(quantizer, faiss.IndexHNSW):
+        return None
+    return faiss.SearchParametersHNSW(efSearch=max(int(quantizer.hnsw.efSearch), min(nprobe, int(ivf.nlist))))
 
 
 @dataclass(frozen=True)
@@ -115,7 +132,9 @@ def assign(codec: Any, queries: np.ndarray, nprobe: int) -> Assignment:
         for i in range(typed.chain.size()):
             x = np.ascontiguousarray(typed.chain.at(i).apply(x), dtype=np.float32)
     ivf = faiss.extract_index_ivf(typed)
-    distances, lists_ = ivf.quantizer.search(x, min(nprobe, int(ivf.nlist)))
+    graph = quantizer_params(ivf, nprobe)
+    probes = min(nprobe, int(ivf.nlist))
+    distances, lists_ = ivf.quantizer.search(x, probes, params=graph) if graph is not None else ivf.quantizer.search(x, probes)
     return Assignment(x, lists_.astype(np.int64), distances.astype(np.float32))
 
 

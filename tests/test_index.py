@@ -377,3 +377,30 @@ def test_a_small_corpus_trains_its_codec_quick_and_a_large_one_in_full(tmp_path,
         assert m["settings"]["training"] == asked and m["index"]["training"] == ("quick" if asked == "auto" else "full")
         assert m["index"]["trained_on"] == (min(n, 40 * 256) if asked == "auto" else min(n, 65_536))
     assert [t[1] for t in trained] == [factory.OPQ_ITERATIONS["quick"], factory.OPQ_ITERATIONS["full"]]
+
+
+def test_lists_found_through_a_graph_are_all_probed_when_every_list_is_asked():
+    """An `IVF{n}_HNSW32` index finds its lists through a graph that keeps
+    only its efSearch best candidates. Asked for every list (as a starved
+    filter asks), stage 1 must probe every list, and then rank exactly as
+    an exhaustive scan of the same vectors; asked for a few, the graph's
+    lists are the nearest centroids'."""
+    from propdex.retriever.candidates import EVERY_LIST
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6_000, 32)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    q = x[:5] + 0.1 * rng.standard_normal((5, 32)).astype(np.float32)
+    index = ann.make_index("IVF128_HNSW32,Flat", 32)
+    index.train(x)
+    index.add(x)
+    every = ann.assign(index, q, EVERY_LIST)
+    assert every.lists.shape == (5, 128) and (np.sort(every.lists, axis=1) == np.arange(128)).all()
+    exact = np.argsort(-(q @ x.T), axis=1, kind="stable")[:, :20]
+    for scores, ids in (ann.search(index, q, 20, EVERY_LIST), ann.search_assigned(index, every, 20)):
+        assert (ids == exact).all()
+    ivf = ann.faiss.extract_index_ivf(index)
+    near = ann.assign(index, q, 8)
+    centroids = ivf.quantizer.reconstruct_n(0, 128)
+    best = np.argsort(-(q @ centroids.T), axis=1)[:, :8]
+    assert np.mean([len(set(a) & set(b)) / 8 for a, b in zip(near.lists, best)]) >= 0.9
