@@ -2,7 +2,7 @@
 scripts: sentences of 8-30 words, `per_side` from inside the first `indexed` extract articles (each with its
 article's id; from past its 30th sentence, so not the lead a title repeats) and `per_side` from articles after
 them (None: the answer is not indexed)."""
-import random, re
+import random, re, time
 from pathlib import Path
 from propdex.eval.scale import first_documents
 
@@ -13,3 +13,15 @@ def dev_queries(indexed, per_side=75, seed=7, corpus=Path("../shared/data/wikipe
     inside = [d for d in docs[:indexed] if len(sentences(d)) > 40]
     queries = [(rng.choice(sentences(d)[30:]), d.id) for d in rng.sample(inside, min(per_side, len(inside)))]
     return queries + [(rng.choice(sentences(d)), None) for d in rng.sample(docs[indexed:], per_side) if sentences(d)]
+
+
+def timed_runs(searcher, queries, nprobe):
+    """The top-10 document ids of each query at `nprobe` probes, mean ms a query and mean ms a stage (1 thread)."""
+    from propdex.retriever import stage_times
+    out = []
+    with stage_times() as spent:
+        t = time.perf_counter()
+        for q, _ in queries:
+            out.append([h.doc_id for h in searcher.search(q, k=10, nprobe=nprobe)])
+        ms = (time.perf_counter() - t) * 1000 / len(queries)
+    return out, round(ms, 1), {k: round(v * 1000 / len(queries), 1) for k, v in spent.items()}

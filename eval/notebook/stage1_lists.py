@@ -8,10 +8,10 @@ the first index only.
 
     python eval/notebook/stage1_lists.py 1000 runs/bench/scale/tokens-1000:8,16 runs/lab/s1000-ivf8192:8,16,32
 """
-import json, sys, time
+import json, sys
 import numpy as np
-from dev_queries import dev_queries
-from propdex.retriever import Searcher, stage_times
+from dev_queries import dev_queries, timed_runs
+from propdex.retriever import Searcher
 from propdex.retriever.candidates import EVERY_LIST
 
 n_indexed = int(sys.argv[1])
@@ -23,13 +23,7 @@ for spec in sys.argv[2:]:
         s.search("warm up", k=10)
 
         def run(nprobe):
-            out = []
-            with stage_times() as spent:
-                t = time.perf_counter()
-                for q, _ in queries:
-                    out.append([h.doc_id for h in s.search(q, k=10, nprobe=nprobe)])
-                ms = (time.perf_counter() - t) * 1000 / len(queries)
-            return out, round(ms, 1), {k: round(v * 1000 / len(queries), 1) for k, v in spent.items()}
+            return timed_runs(s, queries, nprobe)
 
         graph = "HNSW" in s.manifest["index"]["factory"]
         ref, ms, st = (None, None, None) if graph else run(EVERY_LIST)

@@ -6,19 +6,13 @@ stage-1 time on dev queries (Wikipedia sentences, not HotpotQA) over a scale-cur
 import sys, time
 from pathlib import Path
 import numpy as np
-from dev_queries import dev_queries
-from propdex.retriever import Searcher, stage_times
+from dev_queries import dev_queries, timed_runs
+from propdex.retriever import Searcher
 index, n_indexed = sys.argv[1], int(sys.argv[2]); probes = [int(x) for x in sys.argv[3].split(",")]
 queries = dev_queries(n_indexed)
 with Searcher.load(index, threads=1, device="cpu") as s:
     s.search("warm up", k=10)
-    def run(nprobe):
-        out = []
-        with stage_times() as spent:
-            t = time.perf_counter()
-            for q, _ in queries: out.append([h.doc_id for h in s.search(q, k=10, nprobe=nprobe)])
-            ms = (time.perf_counter() - t) * 1000 / len(queries)
-        return out, ms, {k: round(v * 1000 / len(queries), 1) for k, v in spent.items()}
+    def run(nprobe): return timed_runs(s, queries, nprobe)
     ref, ms, st = run(64); print("nprobe 64", round(ms, 1), st)
     for p in probes:
         got, ms, st = run(p)
