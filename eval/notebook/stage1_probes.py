@@ -3,7 +3,7 @@ stage-1 time on dev queries (Wikipedia sentences, not HotpotQA) over a scale-cur
 
     python eval/notebook/stage1_probes.py runs/bench/scale/tokens-1000 1000 4,8,16
 """
-import sys, time
+import sys
 from pathlib import Path
 import numpy as np
 from dev_queries import dev_queries, timed_runs
