@@ -132,9 +132,7 @@ def assign(codec: Any, queries: np.ndarray, nprobe: int) -> Assignment:
         for i in range(typed.chain.size()):
             x = np.ascontiguousarray(typed.chain.at(i).apply(x), dtype=np.float32)
     ivf = faiss.extract_index_ivf(typed)
-    graph = quantizer_params(ivf, nprobe)
-    probes = min(nprobe, int(ivf.nlist))
-    distances, lists_ = ivf.quantizer.search(x, probes, params=graph) if graph is not None else ivf.quantizer.search(x, probes)
+    distances, lists_ = ivf.quantizer.search(x, min(nprobe, int(ivf.nlist)), params=quantizer_params(ivf, nprobe))
     return Assignment(x, lists_.astype(np.int64), distances.astype(np.float32))
 
 

@@ -5,6 +5,7 @@ them (None: the answer is not indexed; none past the extract's last article)."""
 import random, re, time
 from pathlib import Path
 from propdex.eval.scale import first_documents
+from propdex.retriever import stage_times
 
 def dev_queries(indexed, per_side=75, seed=7, corpus=Path("../shared/data/wikipedia/extracted")):
     docs = first_documents(corpus, min(6514, max(4 * indexed, 2000)))
@@ -17,7 +18,6 @@ def dev_queries(indexed, per_side=75, seed=7, corpus=Path("../shared/data/wikipe
 
 def timed_runs(searcher, queries, nprobe):
     """The top-10 document ids of each query at `nprobe` probes, mean ms a query and mean ms a stage (1 thread)."""
-    from propdex.retriever import stage_times
     out = []
     with stage_times() as spent:
         t = time.perf_counter()
