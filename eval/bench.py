@@ -218,7 +218,8 @@ def add_commands(sub) -> None:
                    help="the Python of an environment with fast-plaid (it pins torch==2.11.0) (default: this one)")
     p.add_argument("--threads", type=int, help="threads for every system side by side (default: one per core)")
     p.add_argument("--query-runtime", default="torch", choices=RUNTIMES,
-                   help="with --peers: what runs the query encoder's backbone, the same for every system side by side")
+                   help="with --peers and --sections scale: what runs the query encoder's backbone (the same for every "
+                        "system side by side)")
     p.add_argument("--rounds", type=int, default=1,
                    help="with --peers: the propdex systems take turns this many times, each credited with its median round")
     p.add_argument("--also", type=Path, action="append", default=[],
@@ -274,7 +275,7 @@ def _run(args) -> int:
         points = [int(n) for n in args.scale_sizes.split(",") if n]
         texts = [q.text for q in load_hotpotqa(args.scale_queries, limit=args.queries).queries]
         curve = scale.scale_curve(args.scale_corpus, points, [e for e in args.scale_encoders.split(",") if e], texts,
-                                  args.work / "scale", args.threads or 1)
+                                  args.work / "scale", args.threads or 1, args.query_runtime)
         result["scale"] = curve | {"projected": scale.project(curve["points"], args.project)}
         if args.out:
             scale.plot(curve, args.out.with_suffix(".png"))

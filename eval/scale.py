@@ -7,7 +7,8 @@ exactly as a user runs it (its peak RSS is its own and is recorded in the
 manifest; a point whose index is already committed is measured, not
 rebuilt, so a killed curve resumes; every point trains its codec, if it
 has one, in full, so the points differ only in size), then the same query
-texts searched one at a time with `threads` threads in a fresh process. Per point: documents,
+texts searched one at a time with `threads` threads in a fresh process, the query encoder's
+backbone run by `runtime` (eager torch, or ONNX Runtime: encoders.runtime). Per point: documents,
 vectors, encode docs/s, build seconds, peak RSS, bytes all in per vector and
 per document, p50/p95 and the mean time a query spends in each stage of the search, and
 the searching process's peak RSS. `project` extends the largest point's per-document
@@ -37,8 +38,9 @@ SCALE_SHARD_DOCS = 1000
 
 
 def scale_curve(corpus: Path, sizes: list[int], encoders: list[str], queries: list[str], work: Path,
-                threads: int) -> dict[str, Any]:
-    """{"points": [...], "corpus": ..., "queries": n, "threads": n}: one point per encoder and size, smallest first.
+                threads: int, runtime: str = "torch") -> dict[str, Any]:
+    """{"points": [...], "corpus": ..., "queries": n, "threads": n, "query_runtime": ...}: one point per
+    encoder and size, smallest first.
 
     Points are built in shards of SCALE_SHARD_DOCS documents: a build commits
     (and a killed bench resumes) a shard at a time, so an hours-long point
@@ -54,10 +56,10 @@ def scale_curve(corpus: Path, sizes: list[int], encoders: list[str], queries: li
                 if subprocess.run(command).returncode:
                     raise RuntimeError(f"scale: {' '.join(command)} failed (its error is above)")
             point = {"encoder": name, "limit": n, "text_bytes": _text_bytes(corpus, n), **_build_figures(out),
-                     **in_child(measure_latency, index=str(out), queries=queries, threads=threads)}
+                     **in_child(measure_latency, index=str(out), queries=queries, threads=threads, runtime=runtime)}
             log.info("scale: %s", point)
             points.append(point)
-    return {"corpus": str(corpus), "queries": len(queries), "threads": threads, "points": points}
+    return {"corpus": str(corpus), "queries": len(queries), "threads": threads, "query_runtime": runtime, "points": points}
 
 
 def encode_rates(corpus: Path, sizes: list[int], encoders: list[str], device: str = "auto") -> dict[str, Any]:
@@ -151,17 +153,18 @@ def _build_figures(index: Path) -> dict[str, Any]:
     }
 
 
-def measure_latency(index: str, queries: list[str], threads: int) -> dict[str, Any]:
-    """p50/p95 of one-at-a-time searches (k=10, query encoding included),
-    the mean milliseconds a query spends in each stage of the shipped search
-    (`retriever.stage_times`: which part grows with the index), and the
-    searching process's peak RSS; runs in a child (`in_child`)."""
+def measure_latency(index: str, queries: list[str], threads: int, runtime: str = "torch") -> dict[str, Any]:
+    """p50/p95 of one-at-a-time searches (k=10, query encoding included, its
+    backbone run by `runtime`), the mean milliseconds a query spends in each
+    stage of the shipped search (`retriever.stage_times`: which part grows
+    with the index), and the searching process's peak RSS; runs in a child
+    (`in_child`)."""
     import resource
 
     from propdex.encoders import encoder_from_config
     from propdex.retriever import STAGES, Searcher, stage_times
 
-    encoder = encoder_from_config(read_manifest(Path(index))["encoder"], device="cpu")
+    encoder = encoder_from_config(read_manifest(Path(index))["encoder"], device="cpu", runtime=runtime)
     with Searcher.load(Path(index), encoder=encoder, threads=threads) as searcher:
         searcher.search(queries[0], k=10)  # load pages and kernels once
         times = []
@@ -171,7 +174,8 @@ def measure_latency(index: str, queries: list[str], threads: int) -> dict[str, A
                 searcher.search(text, k=10)
                 times.append((time.perf_counter() - started) * 1000)
     stages = {name: round(spent[name] * 1000 / len(queries), 2) for name in STAGES if name in spent}
-    return latency(times) | {"stages_ms": stages, "search_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    rss_mb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return latency(times) | {"stages_ms": stages, "query_runtime": encoder.backbone.runtime, "search_rss_mb": rss_mb}
 
 
 def project(points: list[dict[str, Any]], documents: int) -> dict[str, dict[str, Any]]:

@@ -263,7 +263,7 @@ def test_encode_section_times_each_encoder_over_each_prefix_and_builds_nothing(t
     assert not work.exists()
 
 
-def test_a_scale_point_spells_its_index_options_as_eval_systems_do(tmp_path):
+def test_a_scale_point_spells_its_index_options_as_eval_systems_do_and_encodes_queries_on_the_runtime_asked(tmp_path):
     from propdex.eval.scale import index_command
 
     assert index_command("tokens") == ["--encoder", "tokens", "--training", "full"]
@@ -274,8 +274,11 @@ def test_a_scale_point_spells_its_index_options_as_eval_systems_do(tmp_path):
     out = tmp_path / "scale.json"
     assert main(["bench", "--sections", "scale", "--scale-corpus", str(tmp_path / "extracted"), "--scale-sizes", "3",
                  "--scale-encoders", "single:store=binary:bits=64:hashing=lsh", "--queries", "2", "--threads", "1",
-                 "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
-    point, = json.loads(out.read_text())["scale"]["points"]
+                 "--query-runtime", "onnx", "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+    curve = json.loads(out.read_text())["scale"]
+    point, = curve["points"]
+    # The searching process encoded its queries on the runtime asked for, and the curve says which.
+    assert point["query_runtime"] == curve["query_runtime"] == "onnx"
     assert (point["encoder"], point["store"], point["factory"]) == ("single:store=binary:bits=64:hashing=lsh", "binary", "BFlat")
     rows = np.load(tmp_path / "work" / "scale" / "single_store=binary_bits=64_hashing=lsh-3" / "shard-00000" / "index.bits")
     assert rows.shape == (point["vectors"], 8)  # 64 bits a vector, no list number under a scan
