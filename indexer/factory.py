@@ -12,6 +12,8 @@ import re
 BACKENDS = ("faiss", "hnsw")
 FLAT_BELOW = 50_000  # vectors; under this, exact search is cheap and training would overfit
 
+GRAPH_LISTS = 8192  # from this many IVF lists up, a query's vectors find theirs through an HNSW graph (`_HNSW32`)
+GRAPH_DEGREE = 32
 CODE_BYTES = 100  # store="codes": bytes a vector, all in, that the default codes fill
 MIN_CODE_BYTES = 24  # a list number, the coarse centroids, and at least a few codes
 
@@ -33,7 +35,16 @@ def default_factory(n_vectors: int, dim: int, store: str = "float16", code_bytes
         return codes_factory(n_vectors, dim, code_bytes)
     nlist = _lists(n_vectors, 4 * math.sqrt(n_vectors))
     m = max(d for d in range(1, dim // 4 + 1) if dim % d == 0)  # sub-quantizers must divide dim
-    return f"IVF{nlist},PQ{m}x4fs"
+    return f"{ivf(nlist)},PQ{m}x4fs"
+
+
+def ivf(nlist: int) -> str:
+    """The coarse lists' factory term: `IVF{nlist}`, found through an HNSW
+    graph over the centroids from GRAPH_LISTS lists up. A flat quantizer
+    compares every query vector with every centroid, a cost that grows
+    with the lists and passes the scan it saves; the graph visits a few
+    hundred of them (FAISS's IVF65536_HNSW32 for large corpora)."""
+    return f"IVF{nlist}_HNSW{GRAPH_DEGREE}" if nlist >= GRAPH_LISTS else f"IVF{nlist}"
 
 
 def codes_factory(n_vectors: int, dim: int, code_bytes: int = CODE_BYTES) -> str:
@@ -44,7 +55,11 @@ def codes_factory(n_vectors: int, dim: int, code_bytes: int = CODE_BYTES) -> str
     and its codes; the coarse centroids
     (nlist x dim float32), the OPQ matrix and the PQ codebooks are shared,
     so they cost less a vector the larger the corpus. About sqrt(N) lists,
-    since 4 sqrt(N) centroids would eat a tenth of the budget; and the OPQ
+    since 4 sqrt(N) centroids would eat a tenth of the budget; twice as
+    many where that reaches GRAPH_LISTS, found through a graph (`ivf`):
+    stage 1 streams a probed list's codes from memory, so lists half as
+    long halve what a probe reads, and the graph finds them for less than
+    a flat quantizer finds half as many. The OPQ
     keeps about 80% of the rotated dimensions, never fewer than 4 a code,
     since MiniLM's variance sits in few of them: finer codes of the
     dimensions that matter beat coarse codes of all of them.
@@ -57,7 +72,10 @@ def codes_factory(n_vectors: int, dim: int, code_bytes: int = CODE_BYTES) -> str
     do, and stage 1 scans them several times faster.
     """
     nlist = _lists(n_vectors, math.sqrt(n_vectors))
-    shared_centroids = 4 * dim * nlist
+    if _lists(n_vectors, 2 * math.sqrt(n_vectors)) >= GRAPH_LISTS:
+        nlist = _lists(n_vectors, 2 * math.sqrt(n_vectors))
+    graph = 4 * 2 * GRAPH_DEGREE * nlist if nlist >= GRAPH_LISTS else 0  # the graph's links on its ground level
+    shared_centroids = 4 * dim * nlist + graph
 
     def all_in(m: int, kept: int, codebook_bytes: int) -> float:
         shared = shared_centroids + 4 * kept * dim + codebook_bytes  # centroids, OPQ rows, PQ codebooks
@@ -67,7 +85,7 @@ def codes_factory(n_vectors: int, dim: int, code_bytes: int = CODE_BYTES) -> str
     m = next((m for m in range(dim // 4, 0, -1) if all_in(m, 4 * m, 256 * m) <= code_bytes), 0)
     if m and 4 * m >= 0.8 * dim:
         rotation = f"OPQ{2 * m}" if 4 * m == dim else f"OPQ{2 * m}_{4 * m}"
-        return f"{rotation},IVF{nlist},PQ{2 * m}x4"
+        return f"{rotation},{ivf(nlist)},PQ{2 * m}x4"
 
     def dims_per_code(m: int) -> int:
         return max(4, int(0.8 * dim / m))
@@ -79,7 +97,7 @@ def codes_factory(n_vectors: int, dim: int, code_bytes: int = CODE_BYTES) -> str
                          f"give more --code-bytes or a --factory")
     kept = m * dims_per_code(m)
     rotation = f"OPQ{m}" if kept == dim else f"OPQ{m}_{kept}"
-    return f"{rotation},IVF{nlist},PQ{m}"
+    return f"{rotation},{ivf(nlist)},PQ{m}"
 
 
 def list_bytes(nlist: int) -> int:

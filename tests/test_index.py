@@ -290,6 +290,19 @@ def test_default_factory_scales_with_the_corpus():
     factory = ann.default_factory(60_000, 384)
     nlist = int(factory.split(",")[0][3:])
     assert 60_000 // nlist >= 39
+    # From GRAPH_LISTS lists up, a query's vectors find their lists through an HNSW graph over the centroids;
+    # the codes that stage 2 scores take twice their sqrt(N) lists there (halving what a probe streams).
+    assert ann.default_factory(3_000_000, 384) == "IVF8192_HNSW32,PQ96x4fs"
+    assert ann.default_factory(8_000_000, 384, "codes") == "OPQ192,IVF2048,PQ192x4"
+    assert ann.default_factory(18_568_729, 384, "codes") == "OPQ192,IVF8192_HNSW32,PQ192x4"
+    assert ann.default_factory(10**9, 384, "codes") == "OPQ192,IVF65536_HNSW32,PQ192x4"
+    for n in (8_500_000, 18_568_729, 10**9):  # the graph's links count in the budget, which still holds
+        shared = 4 * 384 * _lists_of(ann.default_factory(n, 384, "codes")) * (1 + 2 * 32 / 384)
+        assert 2 + 96 + (shared + 4 * 384 * 384 + 4 * 192 * 16 * 2) / n <= ann.CODE_BYTES
+
+
+def _lists_of(factory: str) -> int:
+    return int(next(p for p in factory.split(",") if p.startswith("IVF"))[3:].split("_")[0])
 
 
 def _cli(args, **kw):
