@@ -136,8 +136,8 @@ def training_size(factory: str, n_vectors: int, effort: str = "full") -> int:
     lists and PQ's codebooks; full training takes at least 65,536."""
     if factory == "Flat" or factory.startswith("HNSW"):
         return 0
-    ivf = next((re.match(r"IVF(\d+)", p) for p in factory.split(",") if p.startswith("IVF")), None)
-    nlist = int(ivf.group(1)) if ivf else 0  # IVF65536_HNSW32: the lists, not the graph's degree
+    lists = next((re.match(r"IVF(\d+)", p) for p in factory.split(",") if p.startswith("IVF")), None)
+    nlist = int(lists.group(1)) if lists else 0  # IVF65536_HNSW32: the lists, not the graph's degree
     # 40 points per list (or per centroid of an 8-bit PQ's 256) is past k-means'
     # minimum (39); the coarse lists only route stage 1, and stage 2's codes
     # keep most of their accuracy (PQ's codebooks train on as many).
