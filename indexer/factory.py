@@ -72,8 +72,9 @@ def codes_factory(n_vectors: int, dim: int, code_bytes: int = CODE_BYTES) -> str
     do, and stage 1 scans them several times faster.
     """
     nlist = _lists(n_vectors, math.sqrt(n_vectors))
-    if _lists(n_vectors, 2 * math.sqrt(n_vectors)) >= GRAPH_LISTS:
-        nlist = _lists(n_vectors, 2 * math.sqrt(n_vectors))
+    graph_lists = _lists(n_vectors, 2 * math.sqrt(n_vectors))
+    if graph_lists >= GRAPH_LISTS:
+        nlist = graph_lists
     graph = 4 * 2 * GRAPH_DEGREE * nlist if nlist >= GRAPH_LISTS else 0  # the graph's links on its ground level
     shared_centroids = 4 * dim * nlist + graph
 
@@ -131,13 +132,19 @@ def training(asked: str, n_vectors: int) -> str:
     return "quick" if n_vectors < QUICK_BELOW else "full"
 
 
+def ivf_lists(factory: str) -> int:
+    """The IVF lists a FAISS factory string names (0: none). `IVF65536_HNSW32`
+    names 65,536 lists, not its graph's degree run into them."""
+    term = next((re.match(r"IVF(\d+)", p) for p in factory.split(",") if p.startswith("IVF")), None)
+    return int(term.group(1)) if term else 0
+
+
 def training_size(factory: str, n_vectors: int, effort: str = "full") -> int:
     """How many vectors training needs: enough for k-means on the coarse
     lists and PQ's codebooks; full training takes at least 65,536."""
     if factory == "Flat" or factory.startswith("HNSW"):
         return 0
-    lists = next((re.match(r"IVF(\d+)", p) for p in factory.split(",") if p.startswith("IVF")), None)
-    nlist = int(lists.group(1)) if lists else 0  # IVF65536_HNSW32: the lists, not the graph's degree
+    nlist = ivf_lists(factory)
     # 40 points per list (or per centroid of an 8-bit PQ's 256) is past k-means'
     # minimum (39); the coarse lists only route stage 1, and stage 2's codes
     # keep most of their accuracy (PQ's codebooks train on as many).

@@ -14,6 +14,7 @@ from propdex.encoders import Document, load_encoder
 from propdex.indexer import ann
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.manifest import read_manifest, sha256_file
+from propdex.indexer.factory import ivf_lists
 from propdex.indexer.readers import Skip
 from propdex.indexer.store import ShardStore
 from propdex.retriever import Searcher
@@ -297,12 +298,8 @@ def test_default_factory_scales_with_the_corpus():
     assert ann.default_factory(18_568_729, 384, "codes") == "OPQ192,IVF8192_HNSW32,PQ192x4"
     assert ann.default_factory(10**9, 384, "codes") == "OPQ192,IVF65536_HNSW32,PQ192x4"
     for n in (8_500_000, 18_568_729, 10**9):  # the graph's links count in the budget, which still holds
-        shared = 4 * 384 * _lists_of(ann.default_factory(n, 384, "codes")) * (1 + 2 * 32 / 384)
+        shared = 4 * 384 * ivf_lists(ann.default_factory(n, 384, "codes")) * (1 + 2 * 32 / 384)
         assert 2 + 96 + (shared + 4 * 384 * 384 + 4 * 192 * 16 * 2) / n <= ann.CODE_BYTES
-
-
-def _lists_of(factory: str) -> int:
-    return int(next(p for p in factory.split(",") if p.startswith("IVF"))[3:].split("_")[0])
 
 
 def _cli(args, **kw):
