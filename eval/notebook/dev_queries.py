@@ -25,3 +25,19 @@ def timed_runs(searcher, queries, nprobe):
             out.append([h.doc_id for h in searcher.search(q, k=10, nprobe=nprobe)])
         ms = (time.perf_counter() - t) * 1000 / len(queries)
     return out, round(ms, 1), {k: round(v * 1000 / len(queries), 1) for k, v in spent.items()}
+
+
+def agreement(base, got, queries):
+    """How far the top 10s `got` stand from `base`, query by query: the share of each top 10 they share, how
+    often the first document is the same, and [got, base, of] counts of queries with an indexed answer that
+    find it in their top 10."""
+    gold = [(g in b[:10], g in a[:10]) for (_, g), a, b in zip(queries, base, got) if g]
+    return {"top10_overlap": round(float(sum(len(set(a) & set(b)) / max(1, len(a)) for a, b in zip(base, got)) / len(base)), 4),
+            "same_first": round(sum(a[:1] == b[:1] for a, b in zip(base, got)) / len(base), 4),
+            "gold_in_top10": [sum(x for x, _ in gold), sum(y for _, y in gold), len(gold)]}
+
+
+def codes_and_tables(store):
+    """A codes shard's memory-mapped standalone codes and the CodesDecoder that reads them (its decoder's closure)."""
+    cells = dict(zip(store.decoder.__code__.co_freevars, (c.cell_contents for c in store.decoder.__closure__)))
+    return cells["codes"], cells["self"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dev_queries import dev_queries, timed_runs
+from dev_queries import agreement, codes_and_tables, dev_queries, timed_runs
 from propdex.encoders import encoder_from_config
 from propdex.indexer import ann, codes as codes_module
 from propdex.indexer.faiss_setup import faiss
@@ -66,18 +66,13 @@ def main(index, indexed, out, keeps):
         originals = [s.index for s in searcher.shards]
         for keep in keeps:
             for s in searcher.shards:
-                cells = dict(zip(s.store.decoder.__code__.co_freevars, (c.cell_contents for c in s.store.decoder.__closure__)))
-                s.index = half_index(s.codec, cells["codes"], keep)
+                s.index = half_index(s.codec, codes_and_tables(s.store)[0], keep)
             ann.search_assigned = sliced
             got, ms, stages = timed_runs(searcher, queries, None)
             ann.search_assigned = ORIGINAL
             for s, o in zip(searcher.shards, originals):
                 s.index = o
-            overlap = np.mean([len(set(a) & set(b)) / max(1, len(a)) for a, b in zip(base, got)])
-            gold = [(g in b[:10], g in a[:10]) for (qq, g), a, b in zip(queries, base, got) if g]
-            record["runs"][f"{keep} bytes"] = {"ms": ms, "stages": stages, "top10_overlap": round(float(overlap), 4),
-                                               "same_first": round(float(np.mean([a[:1] == b[:1] for a, b in zip(base, got)])), 4),
-                                               "gold_in_top10_half_full_of": [sum(x for x, _ in gold), sum(y for _, y in gold), len(gold)]}
+            record["runs"][f"{keep} bytes"] = {"ms": ms, "stages": stages, **agreement(base, got, queries)}
             print(keep, record["runs"][f"{keep} bytes"], flush=True)
     Path(out).write_text(json.dumps(record, indent=1))
 

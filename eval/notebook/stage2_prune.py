@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dev_queries import dev_queries, timed_runs
+from dev_queries import agreement, codes_and_tables, dev_queries, timed_runs
 from propdex.encoders import encoder_from_config
 from propdex.indexer.manifest import read_manifest
 from propdex.retriever import Searcher, rescoring, scoring
@@ -30,8 +30,7 @@ def centroid_estimates(shards, q, chosen, window, hit):
     qc_of = {}
     for s, idx in by_shard.items():
         shard = shards[s]
-        cells = dict(zip(shard.store.decoder.__code__.co_freevars, (c.cell_contents for c in shard.store.decoder.__closure__)))
-        codes, tables = cells["codes"], cells["self"]
+        codes, tables = codes_and_tables(shard.store)
         if id(tables) not in qc_of:
             qs = q if shard.rotate is None else shard.rotate(q)
             qc_of[id(tables)] = qs @ tables.centroids.T
@@ -72,12 +71,7 @@ def main(index, indexed, out, keeps):
             rescoring.rescore = pruned(keep)
             got, ms, stages = timed_runs(searcher, queries, None)
             rescoring.rescore = ORIGINAL
-            overlap = np.mean([len(set(a) & set(b)) / max(1, len(a)) for a, b in zip(base, got)])
-            first = np.mean([a[:1] == b[:1] for a, b in zip(base, got)])
-            gold = [(g in b[:10], g in a[:10]) for (qq, g), a, b in zip(queries, base, got) if g]
-            record["runs"][f"best {keep}"] = {"ms": ms, "stages": stages, "top10_overlap": round(float(overlap), 4),
-                                              "same_first": round(float(first), 4),
-                                              "gold_in_top10": [sum(x for x, _ in gold), sum(y for _, y in gold), len(gold)]}
+            record["runs"][f"best {keep}"] = {"ms": ms, "stages": stages, **agreement(base, got, queries)}
             print(keep, record["runs"][f"best {keep}"], flush=True)
     print(record["runs"]["all 32"])
     Path(out).write_text(json.dumps(record, indent=1))

@@ -6,7 +6,7 @@ rescale (`norm` / |c + r|), here computed once for every stored vector
 decoded: no centroid rows gathered or added, no norms. Compared with
 today's decoder on the bench's questions (hits and timings):
 
-    python eval/notebook/stage2_scales.py INDEX OUT.json [float32|float16]
+    PYTHONPATH=eval/notebook python eval/notebook/stage2_scales.py INDEX OUT.json [float32|float16]
 """
 import json, sys, time
 from pathlib import Path
@@ -14,16 +14,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dev_queries import codes_and_tables
 from propdex.encoders import encoder_from_config
 from propdex.eval.datasets import load_hotpotqa
 from propdex.indexer.manifest import read_manifest
 from propdex.retriever import Searcher, rescoring, scoring, stage_times
 
 ORIGINAL = scoring.decoded_similarities
-
-
-def cells(store):
-    return dict(zip(store.decoder.__code__.co_freevars, (c.cell_contents for c in store.decoder.__closure__)))
 
 
 def scales_of(codes, tables, dtype):
@@ -39,8 +36,7 @@ def scales_of(codes, tables, dtype):
 
 def factored(shards_by_codes, centroid_products):
     def decoded_similarities(queries, decode, ids, block_rows=scoring.DECODED_ROWS):
-        c = cells(decode.__self__)
-        codes, tables = c["codes"], c["self"]
+        codes, tables = codes_and_tables(decode.__self__)
         scales = shards_by_codes[id(codes)]
         seen = centroid_products.get("queries")
         if seen is None or seen.shape != queries.shape or not np.array_equal(seen, queries):  # once a query (and codec)
@@ -84,8 +80,8 @@ def main(index, out, dtype="float32"):
         t = time.perf_counter()
         by_codes = {}
         for s in searcher.shards:
-            c = cells(s.store)
-            by_codes[id(c["codes"])] = scales_of(c["codes"], c["self"], dtype)
+            codes, tables = codes_and_tables(s.store)
+            by_codes[id(codes)] = scales_of(codes, tables, dtype)
         record["scales_s"] = round(time.perf_counter() - t, 1)
         searcher.search(questions[0], k=10)
         new = factored(by_codes, {})
