@@ -26,8 +26,8 @@ RESULTS = ROOT / "eval" / "results" / "scoreboard"
 # added grains to it (same commit's search path, same index cache, same
 # queries; each named with its command above the table).
 RUNS = {
-    "scifact": ("scifact.json", "scifact_grains.json"),
-    "hotpotqa": ("hotpotqa.json", "hotpotqa_grains.json", "hotpotqa_beside.json"),
+    "scifact": ("scifact.json", "scifact_grains.json", "scifact_ratio.json"),
+    "hotpotqa": ("hotpotqa.json", "hotpotqa_grains.json", "hotpotqa_beside.json", "hotpotqa_ratio.json"),
     "hotpotqa_sentence": ("hotpotqa_sentence.json", "hotpotqa_sentence_grains.json"),
     "hotpotqa_unit": ("hotpotqa_unit.json",),
     "propsegment": ("propsegment.json",),
@@ -88,7 +88,7 @@ def _row(cells: Sequence[str]) -> str:
 def provenance(result: dict[str, Any], name: str) -> list[str]:
     v = result["versions"]
     return [f"`eval/results/scoreboard/{name}`, commit {v.get('git')}, torch {v.get('torch')}, faiss "
-            f"{v.get('faiss-cpu', v.get('faiss-gpu'))}:", "", "```bash", result["command"], "```", ""]
+            f"{v.get('faiss-cpu', v.get('faiss-gpu'))}:", "```bash", result["command"], "```", ""]
 
 
 def table(result: dict[str, Any], metrics: Sequence[str]) -> list[str]:
