@@ -85,10 +85,15 @@ def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def cited(source: str, command: str) -> list[str]:
+    """Where a table's figures come from, and the command that wrote them right under it."""
+    return [source, "```bash", command, "```", ""]
+
+
 def provenance(result: dict[str, Any], name: str) -> list[str]:
     v = result["versions"]
-    return [f"`eval/results/scoreboard/{name}`, commit {v.get('git')}, torch {v.get('torch')}, faiss "
-            f"{v.get('faiss-cpu', v.get('faiss-gpu'))}:", "```bash", result["command"], "```", ""]
+    return cited(f"`eval/results/scoreboard/{name}`, commit {v.get('git')}, torch {v.get('torch')}, faiss "
+                 f"{v.get('faiss-cpu', v.get('faiss-gpu'))}:", result["command"])
 
 
 def table(result: dict[str, Any], metrics: Sequence[str]) -> list[str]:
@@ -261,8 +266,8 @@ def bench_tables(folder: Path = RESULTS) -> list[str]:
     for path in sorted(folder.glob("bench_*.json")):
         result = json.loads(path.read_text())
         threads = result.get("threads") or result.get("scale", {}).get("threads") or result.get("cpu_threads")
-        head = [f"`eval/results/scoreboard/{path.name}`, commit {result['versions'].get('git')}, "
-                f"{threads} thread{'s' if threads != 1 else ''}:", "", "```bash", result["command"], "```", ""]
+        head = cited(f"`eval/results/scoreboard/{path.name}`, commit {result['versions'].get('git')}, "
+                     f"{threads} thread{'s' if threads != 1 else ''}:", result["command"])
         if result.get("systems"):
             lines += ["### Stores at one thread (SciFact `tokens`)", "", *head,
                       _row(["system", "factory", "nDCG@10", "B/vec all in", "p50 ms", "p95 ms"]), "|" + "---|" * 6]
@@ -322,9 +327,8 @@ def serving(folder: Path = RESULTS) -> list[str]:
     if result is None:
         return []
     rest = result["at_rest"]
-    return [f"`eval/results/scoreboard/loadtest_scifact.json`, commit {result.get('versions', {}).get('git')}, written by "
-            "`eval/results/scoreboard/loadtest_scifact.sh` (it builds both indexes, serves them and runs):", "",
-            "```bash", result["command"], "```", "",
+    return [*cited(f"`eval/results/scoreboard/loadtest_scifact.json`, commit {result.get('versions', {}).get('git')}, written by "
+                   "`eval/results/scoreboard/loadtest_scifact.sh` (it builds both indexes, serves them and runs):", result["command"]),
             f"- {result['adds']:,} SciFact abstracts added one request at a time to a served index of the other 3,183 while "
             f"{result['clients']} clients sent {result['searches']:,} searches (p50 {result['p50_ms']} ms, p95 {result['p95_ms']} ms "
             f"during the adds; {result['n_errors']} errors): {len(result['lost'])} added documents lost, {result['shards']} shards "
