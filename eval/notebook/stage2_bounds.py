@@ -1,6 +1,6 @@
 """Can stage 2 skip windows that cannot win? Stage 1's estimate of a window
 (each query vector's best hit in it, else its weakest hit anywhere: what it
-may have missed, as XTR imputes) bounds the window's exact MaxSim from above
+may have missed, as XTR imputes; stage 1's own `scoring._imputed_sums`) bounds the window's exact MaxSim from above
 when the ANN search is exact. Decoding each candidate's hit windows best
 estimate first and stopping where the estimate (plus a margin) falls below
 both the candidate's best exact window so far and the tenth best document
@@ -40,16 +40,14 @@ def windows_of(searcher, q):
         groups = c.windows[0]
         every = scoring.sentence_windows_of(searcher.shards[c.shard].store.unit_sentences([c.ordinal]), searcher.window)[0][0]
         ids = np.unique(groups)
-        best = np.repeat(floor[:, None], len(ids), axis=1)
-        column = {w: i for i, w in enumerate(ids.tolist())}
-        for shard, s, d, at in hits:
-            if shard == c.shard:
-                for i, j in zip(*np.nonzero(d == c.ordinal)):
-                    w = column.get(int(every[at[i, j]]))
-                    if w is not None:
-                        best[i, w] = max(best[i, w], s[i, j])
-        out.append((c.key, {w: (float(c.part[:, groups == w].max(axis=1).sum()), float(best[:, column[w]].sum()), int((groups == w).sum()))
-                            for w in ids.tolist()}))
+        _, scores, docs, at = hits[c.shard]
+        query_of, col = np.nonzero(docs == c.ordinal)
+        hit_window = every[at[query_of, col]]
+        scored = np.isin(hit_window, ids)  # the windows stage 2 scored
+        estimates = scoring._imputed_sums(scores[query_of, col][scored], query_of[scored], np.searchsorted(ids, hit_window[scored]),
+                                          floor, len(ids))
+        out.append((c.key, {w: (float(c.part[:, groups == w].max(axis=1).sum()), float(estimates[i]), int((groups == w).sum()))
+                            for i, w in enumerate(ids.tolist())}))
     return out
 
 
