@@ -9,7 +9,10 @@ comes from:
   (contrastive hashing, shipped as weights/hashing-<encoder>-<bits>);
 - `untrained`: the same heads at their initialisation, the control;
 - `lsh`: random hyperplanes through the origin (Charikar's SimHash);
-- `pca`: the top B principal directions of a sample, centred;
+- `pca`: the top B principal directions of a sample, centred (the
+  default: fitted to the corpus it codes, it ranked best on held-out
+  questions, eval/notebook/hashing.md); bits beyond the directions a
+  sample or a narrow vector has are random hyperplanes through its mean;
 - `itq`: PCA, then FAISS's iterative-quantisation rotation (fitted by the
   indexer, which holds FAISS: `indexer.binary`).
 
@@ -84,11 +87,11 @@ def signs(codes: np.ndarray, bits: int) -> np.ndarray:
     return out
 
 
-def check_bits(bits: int, dim: int | None = None, method: str = "learned") -> None:
-    """Bits are whole bytes; a PCA-based map has at most `dim` directions."""
+def check_bits(bits: int, dim: int | None = None, method: str = "pca") -> None:
+    """Bits are whole bytes; ITQ rotates `bits` principal directions, so it has at most `dim`."""
     if bits <= 0 or bits % 8:
         raise ValueError(f"bits must be a positive multiple of 8 (whole bytes a code), got {bits}")
-    if dim is not None and method in FITTED and bits > dim:
+    if dim is not None and method == "itq" and bits > dim:
         raise ValueError(f"hashing={method} keeps at most the vectors' {dim} principal directions; {bits} bits asked")
 
 
@@ -109,13 +112,21 @@ def initial(dim: int, bits: int, seed: int = 0) -> HashCodec:
     return HashCodec(np.ascontiguousarray(q[:bits, :dim], dtype=np.float32), np.zeros(bits, np.float32), "untrained")
 
 
-def pca(sample: np.ndarray, bits: int) -> HashCodec:
-    """Signs of the top `bits` principal components of `sample`, centred on its mean."""
+def pca(sample: np.ndarray, bits: int, seed: int = 0) -> HashCodec:
+    """Signs of the top `bits` principal components of `sample`, centred on
+    its mean. A sample has at most min(len - 1, dim) directions with any
+    variance: a tiny corpus, or vectors narrower than the code (a 64-d
+    proposition under 256 bits), fill the bits left with random hyperplanes
+    through the mean, so any corpus and any encoder get a code."""
     check_bits(bits, sample.shape[1], "pca")
-    mean = sample.mean(0)
-    _, _, vt = np.linalg.svd(np.asarray(sample - mean, dtype=np.float64), full_matrices=False)
-    w = vt[:bits].astype(np.float32)
-    return HashCodec(w, (-w @ mean).astype(np.float32), "pca")
+    mean = sample.mean(0) if len(sample) else np.zeros(sample.shape[1], np.float32)
+    centred = np.asarray(sample - mean, dtype=np.float64)
+    _, sv, vt = np.linalg.svd(centred, full_matrices=False) if len(sample) else (None, np.zeros(0), np.zeros((0, sample.shape[1])))
+    kept = int((sv > 1e-6 * max(float(sv[0]) if len(sv) else 0.0, 1e-30)).sum())
+    w = vt[: min(bits, kept)].astype(np.float32)
+    if len(w) < bits:
+        w = np.concatenate([w, lsh(sample.shape[1], bits - len(w), seed).weight])
+    return HashCodec(np.ascontiguousarray(w), (-w @ mean).astype(np.float32), "pca")
 
 
 def learned_name(encoder: str, bits: int) -> str:

@@ -43,13 +43,14 @@ def build_index(task: Task, system: System, work: Path, backbone: "Backbone") ->
     # Search-time options (nprobe) do not change the index: reuse it.
     index_label = ":".join([system.name, *(f"{k}={v}" for k, v in system.options.items() if k not in (*SEARCH_OPTIONS, *EVAL_OPTIONS))])
     store, code_bytes, factory = system.options.get("store", IndexSettings.store), int(system.options.get("code_bytes", CODE_BYTES)), system.options.get("factory")
+    hashing = system.options.get("hashing", IndexSettings.hashing)
     out = cached_index_dir(work / f"{_slug(task.name.split('[')[0])}-{key}", _slug(index_label), encoder, store, code_bytes, factory,
-                           system.options.get("training", IndexSettings.training))
+                           system.options.get("training", IndexSettings.training), hashing)
     writer = IndexWriter(
         out, encoder, shard_docs=10_000, factory=factory,
         backend=system.options.get("backend", "faiss"), store=store,
         code_bytes=code_bytes, bits=int(system.options.get("bits", IndexSettings.bits)),
-        hashing=system.options.get("hashing", IndexSettings.hashing), training=system.options.get("training", IndexSettings.training),
+        hashing=hashing, training=system.options.get("training", IndexSettings.training),
         inputs={"task": task.name, "corpus_sha256": key},
     )
     cache_hits = backbone.state_cache_hits
@@ -77,10 +78,10 @@ def all_in_bytes(index: Path, manifest: dict[str, Any], dim: int) -> int:
 
 
 def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: str = IndexSettings.store, code_bytes: int = CODE_BYTES,
-                     factory: str | None = None, training: str = IndexSettings.training) -> Path:
+                     factory: str | None = None, training: str = IndexSettings.training, hashing: str = IndexSettings.hashing) -> Path:
     """Where eval keeps a system's index over one corpus: named for the
     system's spec, or, when the index there was built by what the spec meant
-    before (new weights under a name, a default factory or store that has moved on,
+    before (new weights under a name, a default factory, store or hashing map that has moved on,
     codes from before standalone codes and their scaling), for the spec and what it means now,
     so the old index is neither reused nor in the way."""
     out = corpus_dir / label
@@ -104,6 +105,8 @@ def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: st
             now["training"] = effort  # trained before the size rule, or under another
     if store_of(manifest) != store:  # built with the other store (the default before codes)
         now["store"] = store
+    elif store == "binary" and (manifest["index"].get("hashing") or {}).get("method") != hashing:
+        now["hashing"] = hashing  # built under another default map
     if recorded_config(manifest["encoder"]) != encoder.config() or now:
         key = encoder.config() if not now else {"encoder": encoder.config(), **now}
         out = corpus_dir / f"{label}-{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]}"

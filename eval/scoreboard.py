@@ -20,6 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from propdex.encoders.hashing import METHODS
+from propdex.indexer.settings import IndexSettings
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "eval" / "results" / "scoreboard"
 # The runs behind each table: one run, or the first run and later ones that
@@ -49,7 +52,8 @@ TABLES = (
 BINARY = (("hotpotqa_binary", "Recall@10", "nugget"), ("scifact_binary", "nDCG@10", "tokens"))
 # Beside the default codes, where a binary table's run has them: (spec suffix, what it is).
 REFERENCES = ((":store=float16:exact=1", "exact float32 MaxSim"), (":code_bytes=50", "the default codes at 50 B"))
-HASHINGS = ("learned", "untrained", "lsh", "itq", "pca")
+# The maps a binary table compares: the store's default first (a spec without `hashing=`), then the rest.
+HASHINGS = (IndexSettings.hashing, *(m for m in METHODS if m != IndexSettings.hashing))
 CONTEXTS = (("hotpotqa", "doc"), ("hotpotqa_sentence", "sentence"), ("hotpotqa_unit", "unit"))
 BUDGETS = (50, 100, 200, 500)
 AGREEMENT = ("agree_scifact.json", "agree_hotpotqa.json")
@@ -225,8 +229,8 @@ def context_findings(rows: list[tuple[str, str, dict[str, float]]]) -> list[str]
 
 
 def binary_findings(key: str, metric: str, default: str, folder: Path = RESULTS) -> list[str]:
-    """Per code size: learned codes against the default codes and each
-    baseline hashing at the same bits, in points of `metric`."""
+    """Per code size: the default map's codes against the default codes and
+    each other map at the same bits, in points of `metric`."""
     result = runs(key, folder)
     if result is None:
         return []
@@ -237,23 +241,23 @@ def binary_findings(key: str, metric: str, default: str, folder: Path = RESULTS)
         return None if s is None else 100 * s["metrics"][metric]
 
     def spec(base: str, bits: int, hashing: str) -> str:
-        return f"{base}:store=binary:bits={bits}" + ("" if hashing == "learned" else f":hashing={hashing}")
+        return f"{base}:store=binary:bits={bits}" + ("" if hashing == HASHINGS[0] else f":hashing={hashing}")
 
     base = default.split(":")[0]
     lines = []
     for bits in (128, 256):
-        learned = value(spec(base, bits, "learned"))
-        if learned is None:
+        mine = value(spec(base, bits, HASHINGS[0]))
+        if mine is None:
             continue
-        parts = [f"{bits} bits ({bits // 8} B of code a vector): learned {learned:.2f} {metric}"]
+        parts = [f"{bits} bits ({bits // 8} B of code a vector): {HASHINGS[0]} (the default map) {mine:.2f} {metric}"]
         for suffix, what in REFERENCES:
             if (v := value(base + suffix)) is not None:
-                parts.append(f"{learned - v:+.2f} against {what} ({v:.2f})")
+                parts.append(f"{mine - v:+.2f} against {what} ({v:.2f})")
         if (v := value(default)) is not None:
-            parts.append(f"{learned - v:+.2f} against the default codes (`{default}`, {v:.2f})")
+            parts.append(f"{mine - v:+.2f} against the default codes (`{default}`, {v:.2f})")
         for hashing in HASHINGS[1:]:
             if (v := value(spec(base, bits, hashing))) is not None:
-                parts.append(f"{learned - v:+.2f} against {hashing}")
+                parts.append(f"{mine - v:+.2f} against {hashing}")
         lines.append("- " + "; ".join(parts) + ".")
     return lines
 

@@ -105,10 +105,13 @@ def heads(method: str, bits: int, encoder_config: dict[str, Any], sample: np.nda
         return initial(dim, bits), None
     if method == "lsh":
         return lsh(dim, bits), None
-    if method in FITTED:
+    if method == "pca":
+        return pca(np.zeros((0, dim), np.float32) if sample is None else sample, bits), None
+    if method == "itq":
         if sample is None or len(sample) < bits:
-            raise ValueError(f"hashing={method} is fitted on the corpus's vectors: at least {bits} are needed")
-        return (pca(sample, bits) if method == "pca" else fit_itq(sample, bits)), None
+            raise ValueError(f"hashing=itq is fitted on the corpus's vectors: at least {bits} are needed, the corpus has "
+                             f"{0 if sample is None else len(sample)} (hashing=pca, the default, codes any corpus)")
+        return fit_itq(sample, bits), None
     raise ValueError(f"unknown hashing {method!r}; choose from {', '.join(METHODS)}")
 
 

@@ -54,7 +54,8 @@ class IndexSettings:
     code_bytes: int = option(ann.CODE_BYTES, "with store codes and no factory: bytes a vector, all in, the codes may fill",
                              minimum=ann.MIN_CODE_BYTES)
     bits: int = option(binary.BITS, "with store binary: bits a vector's code (a multiple of 8)", minimum=8)
-    hashing: str = option("learned", "with store binary: the hashing heads, learned (trained, shipped) or a baseline",
+    hashing: str = option("pca", "with store binary: where the bits come from: pca (the corpus's principal directions), "
+                                 "itq, learned (the shipped heads of tokens and nugget), untrained or lsh",
                           choices=METHODS)
     training: str = option("auto", "how long the codec trains: full, quick (a smaller sample, fewer OPQ refinements) or "
                                    f"auto (quick under {ann.QUICK_BELOW:,} vectors)", choices=ann.TRAININGS)

@@ -205,6 +205,26 @@ def test_cached_codes_index_built_by_an_old_default_or_layout_is_neither_reused_
     assert other_store.name.startswith("codes-") and other_store not in (old_rule, old_layout)
 
 
+def test_cached_binary_index_of_another_hashing_map_is_not_reused(tmp_path, tiny):
+    """`store=binary` without `hashing=` means today's default map: an index
+    built under the learned heads (the default before pca) is another index."""
+    import json
+
+    from propdex.encoders import load_encoder
+    from propdex.eval.indexes import cached_index_dir
+    from propdex.indexer import binary
+
+    encoder = load_encoder("tokens", backbone=tiny)
+    (tmp_path / "bits").mkdir()
+    for method, reused in (("pca", True), ("learned", False)):
+        (tmp_path / "bits" / "manifest.json").write_text(json.dumps({
+            "format": "propdex-index", "version": 2, "status": "complete", "encoder": encoder.config(), "counts": {"vectors": 1000},
+            "settings": {"store": "binary"}, "shards": [{"name": "shard-00000", "index": binary.BITS_FILE}],
+            "index": {"backend": "faiss", "factory": "BFlat", "hashing": {"method": method, "bits": 256}}}))
+        assert (cached_index_dir(tmp_path, "bits", encoder, "binary") == tmp_path / "bits") is reused, method
+        assert (cached_index_dir(tmp_path, "bits", encoder, "binary", hashing=method) == tmp_path / "bits")
+
+
 def test_beir_metrics_score_the_ranking_in_the_order_returned():
     """A searcher's hits past its first page may score above the page's
     last; eval measures the order the user gets, not a re-sort by score."""

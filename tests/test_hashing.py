@@ -56,11 +56,31 @@ def test_pca_and_lsh_maps_and_bits_checked():
     x = _unit(2000, 32)
     p = pca(x, 16)
     assert p.bits == 16 and np.allclose(p.scores(x).mean(0), 0, atol=1e-4)  # centred
+    _, _, vt = np.linalg.svd(x - x.mean(0))
+    assert np.allclose(np.abs(p.weight @ vt[:16].T), np.eye(16), atol=1e-4)  # the top principal directions, in order
     assert lsh(32, 64).bits == 64
     with pytest.raises(ValueError, match="at most the vectors' 32 principal directions"):
-        pca(x, 64)
+        binary.heads("itq", 64, {"name": "tokens", "dim": 32}, x)
+    with pytest.raises(ValueError, match="at least 64 are needed"):
+        binary.heads("itq", 64, {"name": "tokens", "dim": 128}, _unit(10, 128))
     with pytest.raises(ValueError, match="multiple of 8"):
         binary.heads("lsh", 12, {"name": "tokens", "dim": 32}, None)
+
+
+@pytest.mark.parametrize("n, dim, bits", [(2000, 32, 64), (5, 32, 16), (0, 32, 16)])
+def test_pca_fills_bits_past_the_samples_directions_with_hyperplanes(n, dim, bits):
+    """Vectors narrower than the code, or a corpus of a few vectors, still
+    get `bits` distinct bits: the principal directions there are, then
+    random hyperplanes; no bit is constant over the sample."""
+    x = _unit(n, dim)
+    p = pca(x, bits)
+    directions = min(dim, max(n - 1, 0))
+    assert p.bits == bits and p.weight.shape == (bits, dim) and np.isfinite(p.weight).all()
+    if directions:
+        _, _, vt = np.linalg.svd(x - x.mean(0))
+        assert np.allclose(np.abs(p.weight[:directions] @ vt[:directions].T), np.eye(directions), atol=1e-4)
+    codes = p.scores(_unit(500, dim, seed=1)) > 0
+    assert (codes.any(0) & ~codes.all(0)).all()
 
 
 def test_learned_heads_refuse_another_encoder(tmp_path):
