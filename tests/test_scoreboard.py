@@ -24,3 +24,17 @@ def test_readmes_headline_is_the_scoreboards_within_its_first_screen():
     end = next(i for i, line in enumerate(lines) if line.startswith("<!-- headline:end"))
     assert end < 80 and "| `tokens+bm25:hops=2` |" in "\n".join(lines[:end])
     assert "session" not in readme.lower()
+
+
+def test_binary_findings_read_the_default_map_from_the_spec_without_hashing(tmp_path):
+    """A binary table's summary compares the spec without `hashing=` (the
+    store's default map) against the default codes and every other map."""
+    import json
+
+    figures = {"nugget": 0.80, "nugget:store=binary:bits=128": 0.75, "nugget:store=binary:bits=128:hashing=learned": 0.70,
+               "nugget:store=binary:bits=128:hashing=lsh": 0.72}
+    (tmp_path / "hotpotqa_binary.json").write_text(json.dumps({"systems": {s: {"metrics": {"Recall@10": v}} for s, v in figures.items()}}))
+    [line] = scoreboard.binary_findings("hotpotqa_binary", "Recall@10", "nugget", folder=tmp_path)
+    default = scoreboard.HASHINGS[0]
+    assert line.startswith(f"- 128 bits (16 B of code a vector): {default} (the default map) 75.00 Recall@10")
+    assert "-5.00 against the default codes" in line and "+5.00 against learned" in line and "+3.00 against lsh" in line
