@@ -118,14 +118,15 @@ def pca(sample: np.ndarray, bits: int, seed: int = 0) -> HashCodec:
     variance: a tiny corpus, or vectors narrower than the code (a 64-d
     proposition under 256 bits), fill the bits left with random hyperplanes
     through the mean, so any corpus and any encoder get a code."""
-    check_bits(bits, sample.shape[1], "pca")
-    mean = sample.mean(0) if len(sample) else np.zeros(sample.shape[1], np.float32)
-    centred = np.asarray(sample - mean, dtype=np.float64)
-    _, sv, vt = np.linalg.svd(centred, full_matrices=False) if len(sample) else (None, np.zeros(0), np.zeros((0, sample.shape[1])))
-    kept = int((sv > 1e-6 * max(float(sv[0]) if len(sv) else 0.0, 1e-30)).sum())
-    w = vt[: min(bits, kept)].astype(np.float32)
+    dim = sample.shape[1]
+    check_bits(bits, dim, "pca")
+    mean = sample.mean(0) if len(sample) else np.zeros(dim, np.float32)
+    w = np.zeros((0, dim), np.float32)
+    if len(sample):
+        _, sv, vt = np.linalg.svd(np.asarray(sample - mean, dtype=np.float64), full_matrices=False)
+        w = vt[sv > 1e-6 * sv[0]][:bits].astype(np.float32)  # sv falls: the directions with variance, first
     if len(w) < bits:
-        w = np.concatenate([w, lsh(sample.shape[1], bits - len(w), seed).weight])
+        w = np.concatenate([w, lsh(dim, bits - len(w), seed).weight])
     return HashCodec(np.ascontiguousarray(w), (-w @ mean).astype(np.float32), "pca")
 
 

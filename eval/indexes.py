@@ -43,14 +43,14 @@ def build_index(task: Task, system: System, work: Path, backbone: "Backbone") ->
     # Search-time options (nprobe) do not change the index: reuse it.
     index_label = ":".join([system.name, *(f"{k}={v}" for k, v in system.options.items() if k not in (*SEARCH_OPTIONS, *EVAL_OPTIONS))])
     store, code_bytes, factory = system.options.get("store", IndexSettings.store), int(system.options.get("code_bytes", CODE_BYTES)), system.options.get("factory")
-    hashing = system.options.get("hashing", IndexSettings.hashing)
+    training, hashing = system.options.get("training", IndexSettings.training), system.options.get("hashing", IndexSettings.hashing)
     out = cached_index_dir(work / f"{_slug(task.name.split('[')[0])}-{key}", _slug(index_label), encoder, store, code_bytes, factory,
-                           system.options.get("training", IndexSettings.training), hashing)
+                           training, hashing)
     writer = IndexWriter(
         out, encoder, shard_docs=10_000, factory=factory,
         backend=system.options.get("backend", "faiss"), store=store,
         code_bytes=code_bytes, bits=int(system.options.get("bits", IndexSettings.bits)),
-        hashing=hashing, training=system.options.get("training", IndexSettings.training),
+        hashing=hashing, training=training,
         inputs={"task": task.name, "corpus_sha256": key},
     )
     cache_hits = backbone.state_cache_hits
