@@ -223,7 +223,9 @@ def _adopt_settings(manifest: Manifest, wanted: Settings) -> None:
     predates take the values it was built with; BM25 is a companion, not part
     of what the vectors are, so a run with bm25 on completes an index that
     lacks it and one with it off leaves an existing one alone; before
-    training, a re-run may choose another index (after a factory failed to train)."""
+    training, a re-run may choose another codec (after a factory failed to
+    train, or to try another store on vectors that took hours to encode):
+    every store encodes the same float16 shards, so only CODEC differs."""
     manifest.encoder = recorded_config(manifest.encoder)
     settings = manifest.settings
     settings.store = store_of({"settings": settings.to_json()})
@@ -237,7 +239,12 @@ def _adopt_settings(manifest: Manifest, wanted: Settings) -> None:
     settings.bm25 = wanted.bm25 or had_bm25
     wanted.bm25 = settings.bm25
     if manifest.status in (Status.ENCODING, Status.TRAINING):
-        settings.factory, settings.backend = wanted.factory, wanted.backend
+        for key in CODEC:
+            setattr(settings, key, getattr(wanted, key))
+
+
+CODEC = ("factory", "backend", "store", "code_bytes", "bits", "hashing", "training")
+"""The settings that act at training and after: not on the encoded shards."""
 
 
 def _raw(value: Any) -> Any:

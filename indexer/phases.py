@@ -87,7 +87,7 @@ def _train_all(tx: Transaction) -> None:
     try:
         train(tx)
     except ValueError as e:
-        raise ValueError(f"{e}; the encoded shards are kept: re-run with another --factory to train on them") from None
+        raise ValueError(f"{e}; the encoded shards are kept: re-run with another --factory (or --store) to train on them") from None
 
 
 def encode(tx: Transaction, encoder: "Encoder", records: Iterable[Record], limit: int | None) -> None:

@@ -144,6 +144,29 @@ def test_a_factory_that_cannot_train_keeps_the_encoding_and_another_can_finish(t
     assert [s["lmdb_sha256"] for s in done["shards"]] == [s["lmdb_sha256"] for s in encoded["shards"]]  # not re-encoded
 
 
+def test_encoded_shards_waiting_for_training_take_another_store(tmp_path, tiny_dir, hotpot_docs, capsys):
+    """Hours of encoding are not lost to a codec choice: before training, a
+    re-run may name another store, and the same shards train it."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in hotpot_docs[:3]))
+    args = ["-q", "index", str(corpus), "--out", str(tmp_path / "ix"), "--backbone", str(tiny_dir), "--device", "cpu"]
+    assert main([*args, "--factory", "IVF16,PQ8"]) == 2
+    assert "(or --store)" in capsys.readouterr().err
+    encoded = read_manifest(tmp_path / "ix")
+    assert main([*args, "--store", "binary", "--bits", "16"]) == 0
+    done = read_manifest(tmp_path / "ix")
+    assert done["settings"]["store"] == "binary" and done["settings"]["bits"] == 16 and done["settings"]["factory"] is None
+    assert done["index"]["metric"] == "hamming" and done["index"]["hashing"]["method"] == "pca"
+    assert [s["lmdb_sha256"] for s in done["shards"]] == [s["lmdb_sha256"] for s in encoded["shards"]]  # not re-encoded
+    assert all(s["stored"] is None for s in done["shards"])  # the binary store keeps no float copy
+    searcher = Searcher.load(tmp_path / "ix", device="cpu")
+    assert searcher.search(hotpot_docs[2].text, k=1)[0].doc_id == hotpot_docs[2].id
+    searcher.close()
+    # Once trained, the codec is what the index is: another store is refused.
+    assert main([*args, "--store", "codes"]) == 2
+    assert "other settings" in capsys.readouterr().err
+
+
 def test_a_duplicate_id_names_the_file_and_record_it_came_from(tmp_path, tiny, caplog):
     from propdex.indexer.readers import read_corpus
 

@@ -284,7 +284,7 @@ def test_a_scale_point_spells_its_index_options_as_eval_systems_do_and_encodes_q
     assert rows.shape == (point["vectors"], 8)  # 64 bits a vector, no list number under a scan
 
 
-def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs(tmp_path, monkeypatch):
+def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs(tmp_path, monkeypatch, capfd):
     from propdex.eval import scale as scale_module
 
     monkeypatch.setattr(scale_module, "SCALE_SHARD_DOCS", 3)  # a point commits a shard at a time: a killed bench keeps them
@@ -318,6 +318,12 @@ def test_scale_curve_builds_each_prefix_once_and_projects_its_per_document_costs
     before = manifest.stat().st_mtime_ns
     assert main(args) == 0
     assert manifest.stat().st_mtime_ns == before
+    # A point left by a build under other settings is refused by name, never measured as the spec.
+    recorded = json.loads(manifest.read_text())
+    recorded["settings"]["code_bytes"] = 60
+    manifest.write_text(json.dumps(recorded))
+    assert main(args) != 0
+    assert "other settings" in capfd.readouterr().err
 
 
 @pytest.mark.slow
