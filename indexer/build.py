@@ -241,6 +241,16 @@ def _adopt_settings(manifest: Manifest, wanted: Settings) -> None:
     if manifest.status in (Status.ENCODING, Status.TRAINING):
         for key in CODEC:
             setattr(settings, key, getattr(wanted, key))
+    for key in unread_settings(settings.store):
+        setattr(settings, key, getattr(wanted, key))
+
+
+def unread_settings(store: str) -> tuple[str, ...]:
+    """The settings an index of `store` never reads: --bits and --hashing
+    outside the binary store, --code-bytes outside the codes store. They do
+    not make an index another index, so a change of their defaults never
+    refuses a re-run over an index built before it."""
+    return (() if store == "binary" else ("bits", "hashing")) + (() if store == "codes" else ("code_bytes",))
 
 
 CODEC = ("factory", "backend", "store", "code_bytes", "bits", "hashing", "training")

@@ -167,6 +167,26 @@ def test_encoded_shards_waiting_for_training_take_another_store(tmp_path, tiny_d
     assert "other settings" in capsys.readouterr().err
 
 
+def test_settings_an_index_never_reads_do_not_refuse_a_re_run(tmp_path, tiny_dir, hotpot_docs, capsys):
+    """An index built when --hashing defaulted to another map resumes under
+    today's default where its store never reads the map; where it does, the
+    map is what the codes are, and another one is refused."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in hotpot_docs[:3]))
+    for store in ("codes", "binary"):
+        out = tmp_path / store
+        args = ["-q", "index", str(corpus), "--out", str(out), "--backbone", str(tiny_dir), "--device", "cpu", "--store", store]
+        assert main(args) == 0
+        _edit_manifest(out, lambda m: m["settings"].update(hashing="learned", bits=128 if store == "codes" else 256,
+                                                           code_bytes=60 if store == "binary" else 100))
+        if store == "codes":
+            before = (out / "manifest.json").read_bytes()
+            assert main(args) == 0  # the map and bits of a codes index were never read
+            assert (out / "manifest.json").read_bytes() == before  # and a complete index is left as it was
+        else:
+            assert main(args) == 2 and "other settings" in capsys.readouterr().err
+
+
 def test_a_duplicate_id_names_the_file_and_record_it_came_from(tmp_path, tiny, caplog):
     from propdex.indexer.readers import read_corpus
 
