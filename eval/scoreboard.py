@@ -293,24 +293,29 @@ def bench_tables(folder: Path = RESULTS) -> list[str]:
                                  f"{m['bytes_per_vector'] / codes['bytes_per_vector']:.2f}x the bytes.")
             lines.append("")
         if curve := result.get("scale"):
-            lines += [f"### Scale at one thread (`{', '.join(dict.fromkeys(p['encoder'] for p in curve['points']))}`, Wikipedia extract)",
-                      "", *head, _row(["documents", "vectors", "factory", "B/vec all in", "p50 ms", "p95 ms", "encode / stage 1 / "
-                                       "stage 2 / aggregate ms", "search RSS MB"]), "|" + "---|" * 8]
+            systems = list(dict.fromkeys(p["encoder"] for p in curve["points"]))
+            lines += [f"### Scale at one thread ({', '.join(f'`{s}`' for s in systems)}, Wikipedia extract)",
+                      "", *head, _row(["system", "documents", "vectors", "factory", "B/vec all in", "p50 ms", "p95 ms",
+                                       "encode / stage 1 / stage 2 / aggregate ms", "search RSS MB"]), "|" + "---|" * 9]
             for p in curve["points"]:
                 stages = p.get("stages_ms", {})
-                lines.append(_row([f"{p['documents']:,}", f"{p['vectors']:,}", p["factory"], _f(p["bytes_per_vector"], 1),
-                                   _f(p["p50_ms"], 1), _f(p["p95_ms"], 1),
+                lines.append(_row([f"`{p['encoder']}`", f"{p['documents']:,}", f"{p['vectors']:,}", p["factory"],
+                                   _f(p["bytes_per_vector"], 1), _f(p["p50_ms"], 1), _f(p["p95_ms"], 1),
                                    " / ".join(_f(stages.get(k), 1) for k in ("encode", "stage 1", "stage 2", "aggregate")),
                                    _f(p.get("search_rss_mb"), 0)]))
-            small, large = min(curve["points"], key=lambda p: p["documents"]), max(curve["points"], key=lambda p: p["documents"])
-            lines += ["", f"- {curve['queries']} HotpotQA-600 questions one at a time: p50 at {large['documents']:,} documents "
-                          f"{large['p50_ms'] / small['p50_ms']:.2f}x the p50 at {small['documents']:,}; every point is built with "
-                          f"the same settings (`--training full` where a codec is trained), so the points differ only in size."]
-            text_kb = large["text_bytes"] / large["documents"] / 1e3
-            for pro in curve.get("projected", {}).values():
-                lines.append(f"- Projected from {pro['from_documents']:,} to {pro['documents']:,} documents like them ({text_kb:.1f} kB "
-                             f"of text each): {pro['vectors'] / 1e6:,.0f}M vectors, {pro['bytes_all_in_gb']:,.1f} GB all in; "
-                             f"{pro['per_text_gb']['bytes_all_in_gb']} GB a GB of text.")
+            lines += ["", f"- {curve['queries']} HotpotQA-600 questions one at a time; every point is built with the same "
+                          f"settings (`--training full` where a codec is trained), so a system's points differ only in size."]
+            for system in systems:
+                points = [p for p in curve["points"] if p["encoder"] == system]
+                small, large = min(points, key=lambda p: p["documents"]), max(points, key=lambda p: p["documents"])
+                if large is not small:
+                    lines.append(f"- `{system}`: p50 at {large['documents']:,} documents {large['p50_ms'] / small['p50_ms']:.2f}x "
+                                 f"the p50 at {small['documents']:,}.")
+                if pro := curve.get("projected", {}).get(system):
+                    text_kb = large["text_bytes"] / large["documents"] / 1e3
+                    lines.append(f"- `{system}` projected from {pro['from_documents']:,} to {pro['documents']:,} documents like "
+                                 f"them ({text_kb:.1f} kB of text each): {pro['vectors'] / 1e6:,.0f}M vectors, "
+                                 f"{pro['bytes_all_in_gb']:,.1f} GB all in; {pro['per_text_gb']['bytes_all_in_gb']} GB a GB of text.")
             lines.append("")
         if ingest := result.get("ingest"):
             add = ingest["add_commit_ms"]

@@ -38,3 +38,22 @@ def test_binary_findings_read_the_default_map_from_the_spec_without_hashing(tmp_
     default = scoreboard.HASHINGS[0]
     assert line.startswith(f"- 128 bits (16 B of code a vector): {default} (the default map) 75.00 Recall@10")
     assert "-5.00 against the default codes" in line and "+5.00 against learned" in line and "+3.00 against lsh" in line
+
+
+def test_a_scale_curve_of_two_systems_compares_each_with_its_own_smallest_point(tmp_path):
+    """Two stores measured in one scale run share a table, and each system's
+    growth is read against its own points, never across systems."""
+    import json
+
+    def point(system, docs, p50):
+        return {"encoder": system, "documents": docs, "vectors": docs * 10, "factory": "F", "bytes_per_vector": 9.0,
+                "p50_ms": p50, "p95_ms": p50 * 2, "stages_ms": {}, "text_bytes": docs * 1000}
+
+    curve = {"queries": 5, "threads": 1, "points": [point("tokens", 10, 100.0), point("tokens", 100, 80.0),
+                                                    point("tokens:store=binary", 10, 20.0), point("tokens:store=binary", 100, 40.0)]}
+    (tmp_path / "bench_scale_x.json").write_text(json.dumps({"command": "propdex bench", "versions": {"git": "abc"}, "scale": curve}))
+    lines = scoreboard.bench_tables(folder=tmp_path)
+    assert "### Scale at one thread (`tokens`, `tokens:store=binary`, Wikipedia extract)" in lines
+    assert "- `tokens`: p50 at 100 documents 0.80x the p50 at 10." in lines
+    assert "- `tokens:store=binary`: p50 at 100 documents 2.00x the p50 at 10." in lines
+    assert sum(line.startswith("| `tokens") for line in lines) == 4
