@@ -11,7 +11,7 @@ them) cut at +-0.612 of the direction's deviation, the Lloyd-Max cut of a
 Gaussian into three; it decodes to the sample's mean score in its level. A
 sign decodes to +-1 (`equal`, the shipped rule: query scores of unit length)
 or to the mean |score| (`ls`).
-Usage: python eval/notebook/hashing_levels.py runs/index/beir-scifact-test-faf043e4089d/tokens-store-float16 OUT.json
+Usage: PYTHONPATH=eval/notebook python eval/notebook/hashing_levels.py runs/index/beir-scifact-test-faf043e4089d/tokens-store-float16 OUT.json
 """
 import json
 import sys
@@ -19,27 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from propdex.encoders import encoder_from_config
-from propdex.eval.datasets import load_beir
-from propdex.eval.metrics import beir_metrics, rank_scores
-from propdex.indexer.manifest import read_manifest
-from propdex.indexer.store import ShardStore
+from scifact_codes import Claims
 
 index, out = Path(sys.argv[1]), Path(sys.argv[2])
-manifest = read_manifest(index)
-[shard] = manifest["shards"]
-store = ShardStore(index / shard["name"])
-x = np.concatenate([b.astype(np.float16) for b in store.iter_vectors(rows=65_536)])
-owner = store.doc_of_vectors(np.arange(len(x)))
-starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-doc_ids = {o: d for d, o in store.id_ordinals()}
-sample = x[np.random.default_rng(0).choice(len(x), 65_536, replace=False)].astype(np.float32)
+claims = Claims(index)
+x, sample = claims.x, claims.sample
 mean = sample.mean(0)
 _, _, vt = np.linalg.svd(sample - mean, full_matrices=False)
-task = load_beir("../shared/data/beir/scifact", split="train")
-encoder = encoder_from_config(manifest["encoder"], device="cpu")
-queries = [encoder.encode_queries([q.text])[0].vectors.astype(np.float32) for q in task.queries]
-print("vectors", len(x), "queries", len(queries), flush=True)
+rank = claims.rank
 
 
 def scores_of(directions: int) -> np.ndarray:
@@ -49,16 +36,6 @@ def scores_of(directions: int) -> np.ndarray:
 def levels(s: np.ndarray, sd: np.ndarray) -> np.ndarray:
     """-1, 0, +1: below -0.612 sd, between, above."""
     return (s > 0.612 * sd).astype(np.int8) - (s < -0.612 * sd).astype(np.int8)
-
-
-def rank(doc_side: np.ndarray, query_side) -> dict:
-    run = {}
-    for q, qv in zip(task.queries, queries):
-        sim = query_side(qv) @ doc_side.T
-        best = np.maximum.reduceat(sim, starts, axis=1).sum(0)
-        top = np.argsort(-best)[:10]
-        run[q.id] = rank_scores(doc_ids[int(owner[starts[i]])] for i in top)
-    return beir_metrics(run, task.qrels)
 
 
 def unit(v: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ estimate), and the loss their KL divergence.
 Scored like hashing_levels.py: every document of SciFact by whole-document
 MaxSim of the float query against the codes of all its token vectors (no
 stage 1), so the figure is the map's own quality.
-Usage: python eval/notebook/hashing_tuned.py INDEX(store=float16) BITS OUT.json [STEPS,...] [TAU] [tokens|maxsim]
+Usage: PYTHONPATH=eval/notebook python eval/notebook/hashing_tuned.py INDEX(store=float16) BITS OUT.json [STEPS,...] [TAU] [tokens|maxsim]
 """
 import json
 import sys
@@ -23,30 +23,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from propdex.encoders import encoder_from_config
 from propdex.encoders.hashing import pca
-from propdex.eval.datasets import load_beir
-from propdex.eval.metrics import beir_metrics, rank_scores
-from propdex.indexer.manifest import read_manifest
-from propdex.indexer.store import ShardStore
+from scifact_codes import Claims
 
 torch.set_num_threads(1)
 index, bits, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 steps_list = [int(s) for s in (sys.argv[4] if len(sys.argv) > 4 else "0,300,1000").split(",")]
 tau = float(sys.argv[5]) if len(sys.argv) > 5 else 0.05
-manifest = read_manifest(index)
-[shard] = manifest["shards"]
-store = ShardStore(index / shard["name"])
-x = np.concatenate([b.astype(np.float16) for b in store.iter_vectors(rows=65_536)])
-owner = store.doc_of_vectors(np.arange(len(x)))
-starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-doc_ids = {o: d for d, o in store.id_ordinals()}
-rng = np.random.default_rng(0)
-sample = x[rng.choice(len(x), 65_536, replace=False)].astype(np.float32)
-task = load_beir("../shared/data/beir/scifact", split="train")
-encoder = encoder_from_config(manifest["encoder"], device="cpu")
-queries = [encoder.encode_queries([q.text])[0].vectors.astype(np.float32) for q in task.queries]
-print("vectors", len(x), "queries", len(queries), flush=True)
+claims = Claims(index)
+x, sample, starts = claims.x, claims.sample, claims.starts
 
 
 def unit(v):
@@ -55,11 +40,15 @@ def unit(v):
 
 def ndcg(weight: np.ndarray, bias: np.ndarray) -> float:
     signs = np.concatenate([np.sign(b.astype(np.float32) @ weight.T + bias) for b in np.array_split(x, 64)]).astype(np.float32)
-    run = {}
-    for q, qv in zip(task.queries, queries):
-        best = np.maximum.reduceat(unit(qv @ weight.T + bias) @ signs.T, starts, axis=1).sum(0)
-        run[q.id] = rank_scores(doc_ids[int(owner[starts[i]])] for i in np.argsort(-best)[:10])
-    return round(100 * beir_metrics(run, task.qrels)["nDCG@10"], 2)
+    return round(100 * claims.rank(signs, lambda qv: unit(qv @ weight.T + bias))["nDCG@10"], 2)
+
+
+def step(opt, loss, i: int, scale) -> None:
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if i % 50 == 0:
+        print(f"step {i} loss {loss.item():.4f} scale {scale.item():.2f}", flush=True)
 
 
 def tune(codec, steps: int, anchors: int = 256, pool: int = 8192, lr: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
@@ -70,7 +59,7 @@ def tune(codec, steps: int, anchors: int = 256, pool: int = 8192, lr: float = 1e
     scale = torch.nn.Parameter(torch.tensor(1.0 / tau))
     opt = torch.optim.Adam([w, scale], lr=lr)
     g = torch.Generator().manual_seed(1)
-    for step in range(steps):
+    for i in range(steps):
         idx = torch.randint(len(data), (anchors + pool,), generator=g)
         a, p = data[idx[:anchors]], data[idx[anchors:]]
         teacher = torch.log_softmax(a @ p.T / tau, dim=1)
@@ -78,12 +67,7 @@ def tune(codec, steps: int, anchors: int = 256, pool: int = 8192, lr: float = 1e
         sp = (p - mean) @ w.T
         code = sp + (torch.sign(sp) - sp).detach()  # straight-through sign
         student = torch.log_softmax(scale * (sq @ code.T) / np.sqrt(w.shape[0]), dim=1)
-        loss = torch.nn.functional.kl_div(student, teacher, log_target=True, reduction="batchmean")
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if step % 100 == 0:
-            print(f"step {step} loss {loss.item():.4f} scale {scale.item():.2f}", flush=True)
+        step(opt, torch.nn.functional.kl_div(student, teacher, log_target=True, reduction="batchmean"), i, scale)
     weight = w.detach().numpy()
     return weight, (-weight @ mean.numpy()).astype(np.float32)
 
@@ -102,12 +86,12 @@ def tune_maxsim(codec, steps: int, queries_a_step: int = 32, docs_a_step: int = 
     ends = np.r_[starts[1:], len(x)]
     long_docs = np.flatnonzero(ends - starts >= 3 * span)
     g = np.random.default_rng(2)
-    for step in range(steps):
+    for i in range(steps):
         chosen = g.choice(long_docs, docs_a_step, replace=False)
         qs, docs = [], []
-        for i, d in enumerate(chosen):
+        for j, d in enumerate(chosen):
             v = torch.from_numpy(x[starts[d]:ends[d]].astype(np.float32))
-            if i < queries_a_step:
+            if j < queries_a_step:
                 a = int(g.integers(0, len(v) - span))
                 qs.append(v[a:a + span])
                 v = torch.cat([v[:a], v[a + span:]])
@@ -121,24 +105,18 @@ def tune_maxsim(codec, steps: int, queries_a_step: int = 32, docs_a_step: int = 
         sp = (padded - mean) @ w.T
         code = (sp + (torch.sign(sp) - sp).detach()) / np.sqrt(w.shape[0])
         student = torch.einsum("qsk,blk->qbsl", sq, code).masked_fill(pad[None, :, None, :], -9).amax(-1).mean(-1)
-        loss = torch.nn.functional.kl_div(torch.log_softmax(scale * student * 10, 1), torch.log_softmax(teacher / tau, 1),
-                                          log_target=True, reduction="batchmean")
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if step % 50 == 0:
-            print(f"step {step} loss {loss.item():.4f} scale {scale.item():.2f}", flush=True)
+        step(opt, torch.nn.functional.kl_div(torch.log_softmax(scale * student * 10, 1), torch.log_softmax(teacher / tau, 1),
+                                             log_target=True, reduction="batchmean"), i, scale)
     weight = w.detach().numpy()
     return weight, (-weight @ mean.numpy()).astype(np.float32)
 
 
-if len(sys.argv) > 6 and sys.argv[6] == "maxsim":
-    tune = tune_maxsim
+method = tune_maxsim if len(sys.argv) > 6 and sys.argv[6] == "maxsim" else tune
 start = pca(sample, bits)
 results = {}
 for steps in steps_list:
     t = time.time()
-    weight, bias = (start.weight, start.bias) if steps == 0 else tune(start, steps)
+    weight, bias = (start.weight, start.bias) if steps == 0 else method(start, steps)
     train_s = time.time() - t
     results[f"steps={steps}"] = {"nDCG@10": ndcg(weight, bias), "train_s": round(train_s, 1)}
     print(results, flush=True)
