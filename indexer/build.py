@@ -28,7 +28,7 @@ from .commit import TRAINED, Transaction, ours, peak_rss_mb, shard_name
 from .lock import LOCK, WriteLock
 from .manifest import MANIFEST, Backbone, Manifest, Part, Record, Settings, Status
 from .readers import Record as InputRecord
-from .settings import IndexSettings, store_of
+from .settings import IndexSettings, store_of, unread_by
 
 if TYPE_CHECKING:
     from propdex.encoders import Encoder
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 __all__ = ["IndexWriter", "LOCK", "SETTINGS", "TRAINED", "peak_rss_mb", "shard_name"]
 
 SETTINGS = ("shard_docs", "factory", "backend", "bm25", "store", "code_bytes", "bits", "hashing", "training")  # what a writer of an existing index takes from its manifest
+CODEC = tuple(k for k in SETTINGS if k not in ("shard_docs", "bm25"))  # what acts at training and after, not on the encoded shards
 
 
 class IndexWriter:
@@ -241,20 +242,8 @@ def _adopt_settings(manifest: Manifest, wanted: Settings) -> None:
     if manifest.status in (Status.ENCODING, Status.TRAINING):
         for key in CODEC:
             setattr(settings, key, getattr(wanted, key))
-    for key in unread_settings(settings.store):
+    for key in unread_by(settings.store):  # they do not make the index another index
         setattr(settings, key, getattr(wanted, key))
-
-
-def unread_settings(store: str) -> tuple[str, ...]:
-    """The settings an index of `store` never reads: --bits and --hashing
-    outside the binary store, --code-bytes outside the codes store. They do
-    not make an index another index, so a change of their defaults never
-    refuses a re-run over an index built before it."""
-    return (() if store == "binary" else ("bits", "hashing")) + (() if store == "codes" else ("code_bytes",))
-
-
-CODEC = ("factory", "backend", "store", "code_bytes", "bits", "hashing", "training")
-"""The settings that act at training and after: not on the encoded shards."""
 
 
 def _raw(value: Any) -> Any:

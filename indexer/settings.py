@@ -41,6 +41,14 @@ def store_of(manifest: Mapping[str, Any]) -> str:
     return manifest.get("settings", {}).get("store", "float16")
 
 
+def unread_by(store: str) -> tuple[str, ...]:
+    """The settings an index of `store` never reads: --bits and --hashing
+    outside the binary store, --code-bytes outside the codes store (as their
+    help says), so a change of their defaults never refuses a re-run over
+    an index built before it."""
+    return (() if store == "binary" else ("bits", "hashing")) + (() if store == "codes" else ("code_bytes",))
+
+
 @dataclass(frozen=True)
 class IndexSettings:
     shard_docs: int = option(10_000, "documents per shard: the unit of commit and of parallel search", minimum=1)
