@@ -46,6 +46,7 @@ def test_a_scale_curve_of_two_systems_compares_each_with_its_own_smallest_point(
     import json
 
     def point(system, docs, p50):
+        docs = {10: 10, 100: 6_510}[docs]
         return {"encoder": system, "documents": docs, "vectors": docs * 10, "factory": "F", "bytes_per_vector": 9.0,
                 "p50_ms": p50, "p95_ms": p50 * 2, "stages_ms": {}, "text_bytes": docs * 1000}
 
@@ -54,6 +55,6 @@ def test_a_scale_curve_of_two_systems_compares_each_with_its_own_smallest_point(
     (tmp_path / "bench_scale_x.json").write_text(json.dumps({"command": "propdex bench", "versions": {"git": "abc"}, "scale": curve}))
     lines = scoreboard.bench_tables(folder=tmp_path)
     assert "### Scale at one thread (`tokens`, `tokens:store=binary`, Wikipedia extract)" in lines
-    assert "- `tokens`: p50 at 100 documents 0.80x the p50 at 10." in lines
-    assert "- `tokens:store=binary`: p50 at 100 documents 2.00x the p50 at 10." in lines
+    assert "- `tokens`: p50 at 6,510 documents 0.80x the p50 at 10; goal at most 60 ms and 1.5x: not met (+20.0 ms)." in lines
+    assert "- `tokens:store=binary`: p50 at 6,510 documents 2.00x the p50 at 10; goal at most 60 ms and 1.5x: not met (2.00x)." in lines
     assert sum(line.startswith("| `tokens") for line in lines) == 4
