@@ -207,7 +207,7 @@ def add_commands(sub) -> None:
     p.add_argument("--project", type=int, default=6_500_000, help="documents to project the scale curve's costs to")
     p.add_argument("--ingest-docs", type=int, default=100_000, help="ingest: synthetic documents in the bulk-built index")
     p.add_argument("--ingest-adds", type=int, default=50, help="ingest: one-document adds timed after the bulk build")
-    p.add_argument("--device", default="auto", help="where the encode section and the fast-plaid peer run (the rest measures the CPU)")
+    p.add_argument("--device", default="auto", help="where the encode section and the fast-plaid peer run, and --peers' propdex systems encode queries and re-score (their stage 1 stays on the CPU; the other sections measure the CPU)")
     p.add_argument("--peers", help=f"side by side on the corpus's test queries: propdex, exact MaxSim and these peers "
                                    f"({', '.join(PEERS)}; '' for none; a peer not installed is skipped with a message)")
     p.add_argument("--peer-vectors", default="index", choices=("index", "encoder"),

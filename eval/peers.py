@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from propdex.encoders import encoder_from_config
+from propdex.encoders.provenance import hardware
 from propdex.indexer.build import peak_rss_mb
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.settings import store_of
@@ -113,7 +114,9 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
     `rounds`: the propdex systems take turns this many times; each reports
     its median round's latency (its rounds' p50s beside). The peers and
     exact MaxSim run once: they build their index in the process they time.
-    `fast_plaid_python`, `device`: the interpreter and device fast-plaid runs on.
+    `fast_plaid_python`: the interpreter fast-plaid runs in. `device`: where
+    fast-plaid runs and where the propdex systems encode the query and
+    re-score (stage 2); their stage 1 and exact MaxSim stay on the CPU.
     `runtime`: what runs the query encoder's backbone, the same for every
     system (torch, onnx, onnx-int8): the systems share one query encoder,
     so only their search differs."""
@@ -138,7 +141,7 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
     for _ in range(rounds):
         for name, (where, window) in systems.items():
-            runs[name].append(in_child(measure_propdex, **common | {"index": str(where)}, window=window))
+            runs[name].append(in_child(measure_propdex, **common | {"index": str(where)}, window=window, device=device))
     result["systems"] |= {name: median_round(measured) for name, measured in runs.items()}
     result["exact"] = in_child(measure_exact, **common)
     for peer in (p for p in peers if p not in skipped):
@@ -172,12 +175,13 @@ def median_round(measured: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def measure_propdex(index: str, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], threads: int,
-                    window: int | None = None, runtime: str = "torch") -> dict[str, Any]:
-    """`window`: the search option (None: the index's default, 0: whole documents)."""
+                    window: int | None = None, runtime: str = "torch", device: str = "cpu") -> dict[str, Any]:
+    """`window`: the search option (None: the index's default, 0: whole documents).
+    `device`: where the query is encoded and stage 2 runs (Searcher.load's rule)."""
     index = Path(index)
 
     manifest = read_manifest(index)
-    encoder = encoder_from_config(manifest["encoder"], device="cpu", runtime=runtime)
+    encoder = encoder_from_config(manifest["encoder"], device=device, runtime=runtime)
     with Searcher.load(index, encoder=encoder, threads=threads) as searcher:
         run, times = timed(queries, lambda text: [(h.doc_id, h.score) for h in searcher.search(text, k=10, window=window)])
         window = searcher.window if window is None else window
@@ -189,6 +193,7 @@ def measure_propdex(index: str, queries: list[tuple[str, str]], qrels: dict[str,
     _, encode_ms = timed(queries, encode_only)
     return {
         "query_runtime": encoder.backbone.runtime,
+        "device": hardware() if encoder.backbone.device.type == "cuda" else "cpu",
         "query_encode_p50_ms": latency(encode_ms)["p50_ms"],
         "window": window,
         **quality_and_latency(run, qrels, times),

@@ -509,21 +509,23 @@ def test_a_device_decodes_standalone_codes_as_faiss_does(pair, name):
 def test_stage_two_on_a_device_ranks_as_on_the_cpu(pair, device):
     """Stage 2 with its codes decoded and multiplied by torch on a device
     (a GPU; the CPU stands in where there is none) gives the hits and
-    scores of FAISS's decoding, at every level."""
+    scores of FAISS's decoding (and a float16 store its own), at every
+    level, for the same query vectors
+    (a GPU's query encoder runs in half precision: that is the encoder's
+    difference, not stage 2's)."""
     import torch
 
     from propdex.retriever import loading
 
     root, encoder = pair
-    path = root / "codes4"
-    manifest = read_manifest(path)
-    with Searcher.load(path, encoder=encoder) as cpu:
-        if device == "cuda":
-            other = Searcher.load(path, device="cuda")
-        else:
-            other = Searcher(path, manifest, encoder, loading.open_shards(path, manifest, False, torch.device("cpu")), None)
-        with other:
-            assert all(isinstance(s.store.vector_rows([0])[0], torch.Tensor) for s in other.shards)
+    for name in ("codes4", "float16"):
+        path = root / name
+        manifest = read_manifest(path)
+        with Searcher.load(path, encoder=encoder) as cpu, \
+                Searcher(path, manifest, encoder, loading.open_shards(path, manifest, False, torch.device(device)), None) as other:
+            if name == "codes4":  # codes decode on the device; a float16 store's rows stay memory-mapped on the CPU
+                rows = other.shards[0].store.vector_rows([0])[0]
+                assert isinstance(rows, torch.Tensor) and rows.device.type == device
             for q in QUERIES:
                 for level in ("doc", "sentence"):
                     a, b = cpu.search(q, k=10, level=level), other.search(q, k=10, level=level)
