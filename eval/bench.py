@@ -301,4 +301,7 @@ def _run(args) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))
+    if failed := result.get("failed"):  # written above with everything that was measured; the run still fails
+        log.error("bench: %s failed (the JSON holds the systems that ran and each failure)", ", ".join(failed))
+        return 1
     return 0

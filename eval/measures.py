@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,10 +33,35 @@ def in_child(fn: Callable[..., dict[str, Any]], **kwargs) -> dict[str, Any]:
     code = f"import json, sys; from {fn.__module__} import {name}; print(json.dumps({name}(**json.load(sys.stdin))))"
     # numpy's BLAS (stage 2's products, the exact scan) spawns a thread per core unless told before it loads.
     env = thread_env(kwargs["threads"])
-    done = subprocess.run([sys.executable, "-c", code], input=json.dumps(kwargs), stdout=subprocess.PIPE, text=True, env=env)
-    if done.returncode:
-        raise RuntimeError(f"bench: {name} failed (exit {done.returncode}; its error is above)")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    code, stdout, error = run_child([sys.executable, "-c", code], json.dumps(kwargs), env)
+    if code:
+        raise RuntimeError(f"bench: {name} failed (exit {code}): {error}")
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def run_child(command: list[str], stdin: str | None, env: dict[str, str]) -> tuple[int, str, str]:
+    """(exit code, stdout, the last line of stderr) of `command`; its stderr
+    is copied to ours as it comes (progress and tracebacks stay visible),
+    and its last line names the failure in the error a caller raises."""
+    child = subprocess.Popen(command, stdin=subprocess.PIPE if stdin is not None else None, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+    last = [""]
+
+    def tee() -> None:
+        for line in child.stderr:
+            sys.stderr.write(line)
+            if line.strip():
+                last[0] = line.strip()
+
+    copier = threading.Thread(target=tee, daemon=True)
+    copier.start()
+    if stdin is not None:  # the child reads all of it before it writes anything
+        child.stdin.write(stdin)
+        child.stdin.close()
+    stdout = child.stdout.read()
+    child.wait()
+    copier.join()
+    return child.returncode, stdout, last[0]
 
 
 def torch_sync(device) -> Callable[[], None]:

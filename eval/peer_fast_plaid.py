@@ -9,7 +9,6 @@ the `tokens` encoder's vectors straight from the device.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from propdex.encoders import encoder_from_config
 from propdex.indexer.manifest import read_manifest
 
 from .exact import exact_of_arrays
-from .measures import latency, quality_and_latency, thread_env
+from .measures import latency, quality_and_latency, run_child, thread_env
 from .metrics import rank_scores
 from .peer_vectors import write_encoded, write_queries, write_vectors
 
@@ -78,9 +77,10 @@ def run_fast_plaid(out: Path, doc_ids: list[str], queries: list[tuple[str, str]]
     """eval/fast_plaid_peer.py under `python` over the vectors in `out`; its figures, scored here."""
     (out / "settings.json").write_text(json.dumps({"device": device, "threads": threads, **FAST_PLAID}))
     # fast-plaid's Rust side runs on rayon's pool.
-    done = subprocess.run([python, str(Path(__file__).with_name("fast_plaid_peer.py")), str(out)], env=thread_env(threads, "RAYON_NUM_THREADS"))
-    if done.returncode:
-        raise RuntimeError(f"bench: fast-plaid failed under {python} (exit {done.returncode}; its error is above)")
+    code, _, error = run_child([python, str(Path(__file__).with_name("fast_plaid_peer.py")), str(out)], None,
+                               thread_env(threads, "RAYON_NUM_THREADS"))
+    if code:
+        raise RuntimeError(f"bench: fast-plaid failed under {python} (exit {code}): {error}")
     peer = json.loads((out / "result.json").read_text())
     run = {qid: rank_scores(doc_ids[p] for p, _ in hits) for (qid, _), hits in zip(queries, peer["ranked"])}
     n_vectors = int(np.load(out / "doclens.npy").sum())

@@ -72,15 +72,21 @@ PEERS = {"colbert-plaid": "colbert", "fast-plaid": "fast_plaid"}  # peer -> the 
 
 
 def missing_peers(peers: list[str], fast_plaid_python: str = sys.executable) -> dict[str, str]:
-    """The peers that cannot run here, with the reason (an unknown name is an error)."""
+    """The peers that cannot run here, with the reason (an unknown name is an error).
+    fast-plaid is imported for real under its interpreter, as its run will
+    import it: an install that is there but broken (a compiled dependency
+    missing a symbol) is skipped here, not found after the propdex systems ran."""
     if unknown := [p for p in peers if p not in PEERS]:
         raise ValueError(f"unknown peers {unknown}; choose from {', '.join(PEERS)}")
     missing = {}
     for peer in peers:
         if peer == "fast-plaid":
-            if not importable(fast_plaid_python, PEERS[peer]):
+            error = import_error(fast_plaid_python, "fast_plaid.search")
+            if error == "not found":
                 missing[peer] = (f"fast_plaid is not importable by {fast_plaid_python} (it pins torch==2.11.0: install it in an "
                                  f"environment of its own and give that Python as --fast-plaid-python)")
+            elif error:
+                missing[peer] = f"fast_plaid does not import under {fast_plaid_python}: {error}"
         elif importlib.util.find_spec(PEERS[peer]) is None:
             missing[peer] = f"{PEERS[peer]} is not installed (pip install 'propdex[bench]')"
     return missing
@@ -94,13 +100,19 @@ def skipping(peers: list[str], fast_plaid_python: str) -> dict[str, str]:
     return skipped
 
 
-def importable(python: str, module: str) -> bool:
-    """Whether the interpreter `python` finds `module` (without importing it)."""
+def import_error(python: str, module: str) -> str | None:
+    """None where the interpreter `python` imports `module`; "not found"
+    where it has no such module or there is no such interpreter; else the
+    last line of the import's error."""
     try:
-        return subprocess.run([python, "-c", f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"],
-                              capture_output=True).returncode == 0
+        done = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True)
     except OSError:  # no such interpreter
-        return False
+        return "not found"
+    if done.returncode == 0:
+        return None
+    lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+    top = module.split(".")[0]
+    return "not found" if f"No module named '{top}'" in lines[-1] else lines[-1]
 
 
 def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], peers: list[str],
@@ -145,10 +157,17 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
     result["systems"] |= {name: median_round(measured) for name, measured in runs.items()}
     result["exact"] = in_child(measure_exact, **common)
     for peer in (p for p in peers if p not in skipped):
-        if peer == "fast-plaid":
-            result["systems"][peer] = in_child(measure_fast_plaid, **common, out=str(work / peer), python=fast_plaid_python, device=device)
-        else:
-            result["systems"][peer] = in_child(measure_plaid, **common, out=str(work / peer))
+        # A peer that fails is recorded and the others still run: the measured systems are not thrown away with it.
+        try:
+            if peer == "fast-plaid":
+                measured = in_child(measure_fast_plaid, **common, out=str(work / peer), python=fast_plaid_python, device=device)
+            else:
+                measured = in_child(measure_plaid, **common, out=str(work / peer))
+        except RuntimeError as e:
+            log.error("peer %s failed: %s", peer, e)
+            result.setdefault("failed", {})[peer] = str(e)
+            continue
+        result["systems"][peer] = measured
     return result
 
 

@@ -28,25 +28,57 @@ def tiny_beir(folder: Path, n_docs: int) -> Path:
     return folder
 
 
+def fake_fast_plaid(folder: Path, search_module: str) -> str:
+    """An interpreter (a shell wrapper around this one) whose `fast_plaid.search` is `search_module`'s text."""
+    import sys
+
+    (folder / "site" / "fast_plaid" / "search").mkdir(parents=True)
+    (folder / "site" / "fast_plaid" / "__init__.py").write_text("")
+    (folder / "site" / "fast_plaid" / "search" / "__init__.py").write_text(search_module)
+    python = folder / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{folder / "site"}" exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    return str(python)
+
+
+def test_a_peer_that_imports_but_is_broken_is_skipped_before_any_work(tmp_path):
+    """A fast-plaid install whose compiled part fails to load (seen on a GPU
+    machine: usearch without its numkong) is skipped with the import's own
+    error up front; a missing interpreter or package says how to install it."""
+    from propdex.eval.peers import missing_peers
+
+    broken = fake_fast_plaid(tmp_path / "broken", 'raise ImportError("compiled.so: undefined symbol: nk_configure_thread")\n')
+    working = fake_fast_plaid(tmp_path / "working", "class FastPlaid: pass\n")
+    assert missing_peers(["fast-plaid"], working) == {}
+    assert missing_peers(["fast-plaid"], broken) == {
+        "fast-plaid": f"fast_plaid does not import under {broken}: ImportError: compiled.so: undefined symbol: nk_configure_thread"}
+    nowhere = str(tmp_path / "no-env" / "bin" / "python")
+    assert missing_peers(["fast-plaid"], nowhere)["fast-plaid"].startswith(f"fast_plaid is not importable by {nowhere} (")
+    with pytest.raises(ValueError, match="unknown peers"):
+        missing_peers(["plaid"], working)
+
+
 def test_bench_side_by_side_skips_a_peer_that_is_not_installed(tmp_path, monkeypatch, caplog):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "colbert" else real(name, *a))
     corpus = tiny_beir(tmp_path / "beir", 40)
     out, codes = tmp_path / "bench.json", tmp_path / "codes"
     assert main(["-q", "index", str(corpus), "--encoder", "tokens", "--store", "codes", "--out", str(codes)]) == 0
-    nowhere = str(tmp_path / "no-env" / "bin" / "python")
+    # fast-plaid imports but fails when it runs: the systems measured before it are kept, the failure recorded, the run fails.
+    failing = fake_fast_plaid(tmp_path / "env", "class FastPlaid:\n    def __init__(self, **kw):\n"
+                                                "        raise RuntimeError('no kernel image for this device')\n")
     monkeypatch.setenv("PROPDEX_CACHE", str(tmp_path / "cache"))  # the ONNX export, made once for every system's process
     assert main(["bench", "--corpus", str(corpus), "--sections", "", "--peers", "colbert-plaid,fast-plaid", "--threads", "1",
-                 "--fast-plaid-python", nowhere, "--work", str(tmp_path / "work"), "--also", str(codes), "--out", str(out),
-                 "--query-runtime", "onnx", "--rounds", "2"]) == 0
+                 "--fast-plaid-python", failing, "--work", str(tmp_path / "work"), "--also", str(codes), "--out", str(out),
+                 "--query-runtime", "onnx", "--rounds", "2"]) == 1
     result = json.loads(out.read_text())
+    assert "fast-plaid" not in result["systems"] and "fast-plaid" not in result["skipped"]
+    assert "no kernel image for this device" in result["failed"]["fast-plaid"]  # the cause, from two processes down
     # Every system encodes its queries on the runtime asked for, so only their search differs.
     assert result["query_runtime"] == "onnx"
     assert {e["query_runtime"] for e in [*result["systems"].values(), result["exact"]]} == {"onnx"}
     assert "skipping peer colbert-plaid: colbert is not installed" in caplog.text
-    assert f"skipping peer fast-plaid: fast_plaid is not importable by {nowhere}" in caplog.text
-    assert result["skipped"]["colbert-plaid"] == "colbert is not installed (pip install 'propdex[bench]')"
-    assert "--fast-plaid-python" in result["skipped"]["fast-plaid"]
+    assert result["skipped"] == {"colbert-plaid": "colbert is not installed (pip install 'propdex[bench]')"}
     codes = "propdex:store=codes:factory=Flat"
     assert set(result["systems"]) == {"propdex", "propdex:window=0", codes, f"{codes}:window=0"} and result["threads"] == 1
     # The propdex systems took turns twice; each is credited with its median round (of two: the faster).
