@@ -58,3 +58,28 @@ def test_a_scale_curve_of_two_systems_compares_each_with_its_own_smallest_point(
     assert "- `tokens`: p50 at 6,510 documents 0.80x the p50 at 10; goal at most 60 ms and 1.5x: not met (+20.0 ms)." in lines
     assert "- `tokens:store=binary`: p50 at 6,510 documents 2.00x the p50 at 10; goal at most 60 ms and 1.5x: not met (2.00x)." in lines
     assert sum(line.startswith("| `tokens") for line in lines) == 4
+
+
+def test_a_side_by_side_run_on_a_gpu_is_titled_by_its_device_and_names_a_failed_peer(tmp_path):
+    """A --peers run whose propdex systems ran on a GPU says so in its title
+    (the CPU runs are 'stores at one thread'), and a peer that failed is
+    named with its error rather than left out silently."""
+    import json
+
+    def system(device, store="float16", window=254):
+        return {"device": device, "store": store, "window": window, "factory": "F", "nDCG@10": 0.7, "bytes_per_vector": 100.0,
+                "p50_ms": 10.0, "p95_ms": 20.0}
+
+    run = {"command": "propdex bench --device cuda", "versions": {"git": "abc"}, "threads": 1,
+           "systems": {"propdex": system("NVIDIA H200 (CUDA 13.0)"), "propdex:window=0": system("NVIDIA H200 (CUDA 13.0)", window=0)},
+           "failed": {"fast-plaid": "bench: fast-plaid failed under python3 (exit 1): ImportError: undefined symbol"}}
+    (tmp_path / "bench_gpu.json").write_text(json.dumps(run))
+    lines = scoreboard.bench_tables(folder=tmp_path)
+    assert "### SciFact `tokens`, on NVIDIA H200 (CUDA 13.0) beside its peers" in lines
+    assert "- `fast-plaid` failed: bench: fast-plaid failed under python3 (exit 1): ImportError: undefined symbol" in lines
+    assert sum(line.startswith("| propdex") for line in lines) == 1  # the whole-document variant stays in the JSON
+    run["systems"] = {"propdex": system("cpu")}
+    del run["failed"]
+    (tmp_path / "bench_gpu.json").write_text(json.dumps(run))
+    lines = scoreboard.bench_tables(folder=tmp_path)
+    assert "### SciFact `tokens`, stores at one thread" in lines and not any("failed" in line for line in lines)
