@@ -63,4 +63,6 @@ d = json.load(open(sys.argv[1]))
 for name, s in list(d["systems"].items()) + [("exact", d["exact"])]:
     print(f"{name:60s} nDCG@10 {s.get('nDCG@10')}  p50 {s.get('p50_ms')} ms  search p50 {s.get('search_p50_ms')}  "
           f"encode p50 {s.get('query_encode_p50_ms')}  B/vec {s.get('bytes_per_vector')}  {s.get('device')}")
+for peer, why in d.get("failed", {}).items():
+    print(f"{peer} failed: {why}")
 EOF
