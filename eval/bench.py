@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import sys
 import tempfile
@@ -207,7 +208,9 @@ def add_commands(sub) -> None:
     p.add_argument("--project", type=int, default=6_500_000, help="documents to project the scale curve's costs to")
     p.add_argument("--ingest-docs", type=int, default=100_000, help="ingest: synthetic documents in the bulk-built index")
     p.add_argument("--ingest-adds", type=int, default=50, help="ingest: one-document adds timed after the bulk build")
-    p.add_argument("--device", default="auto", help="where the encode section and the fast-plaid peer run, and --peers' propdex systems encode queries and re-score (their stage 1 stays on the CPU; the other sections measure the CPU)")
+    p.add_argument("--device", default="auto",
+                   help="where the encode section and the fast-plaid peer run, and where --peers' propdex systems encode queries "
+                        "and re-score (their stage 1 stays on the CPU; the other sections measure the CPU)")
     p.add_argument("--peers", help=f"side by side on the corpus's test queries: propdex, exact MaxSim and these peers "
                                    f"({', '.join(PEERS)}; '' for none; a peer not installed is skipped with a message)")
     p.add_argument("--peer-vectors", default="index", choices=("index", "encoder"),
@@ -262,46 +265,61 @@ def _run(args) -> int:
         "command": "propdex " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "versions": run_versions(), "cpu_threads": torch.get_num_threads(),
     }
+
+    def keep(**parts: Any) -> None:
+        """Each part into the result, and the result so far to --out, marked unfinished: a run that is killed or
+        fails later keeps what it measured."""
+        result.update(parts)
+        write_json(args.out, result | {"unfinished": True})
+
     if "search" in sections:
         queries = list(beir_queries(args.corpus / "queries.jsonl").values())[: args.queries]
-        result["search"] = latency_and_recall(index, queries, backbone, args.recall_queries)
+        keep(search=latency_and_recall(index, queries, backbone, args.recall_queries))
     if "size" in sections:
-        result["size"] = sizes(index)
+        keep(size=sizes(index))
     if "throughput" in sections:
-        result["throughput"] = throughput(args.corpus, args.throughput_docs, backbone)
+        keep(throughput=throughput(args.corpus, args.throughput_docs, backbone))
     if "runtimes" in sections:
-        result["runtimes"] = runtimes(args.corpus, args.runtime_docs, [r for r in args.runtimes.split(",") if r], args.runtime_repeats)
+        keep(runtimes=runtimes(args.corpus, args.runtime_docs, [r for r in args.runtimes.split(",") if r], args.runtime_repeats))
     if "scale" in sections:
         points = [int(n) for n in args.scale_sizes.split(",") if n]
         texts = [q.text for q in load_hotpotqa(args.scale_queries, limit=args.queries).queries]
         curve = scale.scale_curve(args.scale_corpus, points, [e for e in args.scale_encoders.split(",") if e], texts,
                                   args.work / "scale", args.threads or 1, args.query_runtime)
-        result["scale"] = curve | {"projected": scale.project(curve["points"], args.project)}
+        keep(scale=curve | {"projected": scale.project(curve["points"], args.project)})
         if args.out:
             scale.plot(curve, args.out.with_suffix(".png"))
     if "ingest" in sections:
         from .ingest import ingest
 
-        result["ingest"] = ingest(args.work, backbone, args.ingest_docs, args.ingest_adds)
+        keep(ingest=ingest(args.work, backbone, args.ingest_docs, args.ingest_adds))
     if "encode" in sections:
-        result["encode"] = scale.encode_rates(args.scale_corpus, [int(n) for n in args.scale_sizes.split(",") if n],
-                                              [e for e in args.scale_encoders.split(",") if e], args.device)
+        keep(encode=scale.encode_rates(args.scale_corpus, [int(n) for n in args.scale_sizes.split(",") if n],
+                                       [e for e in args.scale_encoders.split(",") if e], args.device))
     if from_encoder:
         task = load_beir(args.corpus)
-        result |= side_by_side_encoded(args.corpus, [(q.id, q.text) for q in task.queries], task.qrels, peers,
-                                       args.threads or torch.get_num_threads(), args.work / "peers",
-                                       fast_plaid_python=args.fast_plaid_python, device=args.device)
+        keep(**side_by_side_encoded(args.corpus, [(q.id, q.text) for q in task.queries], task.qrels, peers,
+                                    args.threads or torch.get_num_threads(), args.work / "peers",
+                                    fast_plaid_python=args.fast_plaid_python, device=args.device))
     elif from_index:
         task = load_beir(args.corpus)
-        result |= side_by_side(index, [(q.id, q.text) for q in task.queries], task.qrels, peers,
-                               args.threads or torch.get_num_threads(), args.work / "peers", also=args.also,
-                               fast_plaid_python=args.fast_plaid_python, device=args.device, runtime=args.query_runtime,
-                               rounds=args.rounds)
+        keep(**side_by_side(index, [(q.id, q.text) for q in task.queries], task.qrels, peers,
+                            args.threads or torch.get_num_threads(), args.work / "peers", also=args.also,
+                            fast_plaid_python=args.fast_plaid_python, device=args.device, runtime=args.query_runtime,
+                            rounds=args.rounds, progress=lambda so_far: write_json(args.out, result | so_far | {"unfinished": True})))
     print(json.dumps(result, indent=1))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))
+    write_json(args.out, result)
     if failed := result.get("failed"):  # written above with everything that was measured; the run still fails
         log.error("bench: %s failed (the JSON holds the systems that ran and each failure)", ", ".join(failed))
         return 1
     return 0
+
+
+def write_json(path: Path | None, value: dict[str, Any]) -> None:
+    """`value` to `path` (nothing where there is none), whole or not at all: written beside it, then renamed."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=1))
+    os.replace(tmp, path)

@@ -50,6 +50,7 @@ import importlib.util
 import logging
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,8 @@ def import_error(python: str, module: str) -> str | None:
 
 def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], peers: list[str],
                  threads: int, work: Path, also: list[Path] = (), fast_plaid_python: str = sys.executable,
-                 device: str = "auto", runtime: str = "torch", rounds: int = 1) -> dict[str, Any]:
+                 device: str = "auto", runtime: str = "torch", rounds: int = 1,
+                 progress: Callable[[dict[str, Any]], None] = lambda so_far: None) -> dict[str, Any]:
     """{"systems": {"propdex": {...}, peer: {...}}, "exact": {...}, "skipped": {peer: why}, "threads": n}.
 
     `also`: more propdex indexes of the same corpus (another store or
@@ -131,7 +133,8 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
     re-score (stage 2); their stage 1 and exact MaxSim stay on the CPU.
     `runtime`: what runs the query encoder's backbone, the same for every
     system (torch, onnx, onnx-int8): the systems share one query encoder,
-    so only their search differs."""
+    so only their search differs. `progress` gets the result so far after
+    each system (the bench keeps it on disk)."""
     if store_of(read_manifest(index)) != "float16":
         raise ValueError(f"bench --peers: {index} keeps no float16 vectors, and exact MaxSim and the peers are built from them; "
                          f"give an index built with --store float16, and this one with --also")
@@ -154,8 +157,10 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
     for _ in range(rounds):
         for name, (where, window) in systems.items():
             runs[name].append(in_child(measure_propdex, **common | {"index": str(where)}, window=window, device=device))
+            progress(result | {"propdex_rounds": runs})
     result["systems"] |= {name: median_round(measured) for name, measured in runs.items()}
     result["exact"] = in_child(measure_exact, **common)
+    progress(result)
     for peer in (p for p in peers if p not in skipped):
         # A peer that fails is recorded and the others still run: the measured systems are not thrown away with it.
         try:
@@ -166,8 +171,9 @@ def side_by_side(index: Path, queries: list[tuple[str, str]], qrels: dict[str, d
         except RuntimeError as e:
             log.error("peer %s failed: %s", peer, e)
             result.setdefault("failed", {})[peer] = str(e)
-            continue
-        result["systems"][peer] = measured
+        else:
+            result["systems"][peer] = measured
+        progress(result)
     return result
 
 

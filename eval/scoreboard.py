@@ -270,6 +270,8 @@ def bench_tables(folder: Path = RESULTS) -> list[str]:
     lines = []
     for path in sorted(folder.glob("bench_*.json")):
         result = json.loads(path.read_text())
+        if result.get("unfinished"):
+            raise ValueError(f"{path} is an unfinished bench run (killed, failed or still running): re-run its command")
         threads = result.get("threads") or result.get("scale", {}).get("threads") or result.get("cpu_threads")
         head = cited(f"`eval/results/scoreboard/{path.name}`, commit {result['versions'].get('git')}, "
                      f"{threads} thread{'s' if threads != 1 else ''}:", result["command"])

@@ -58,6 +58,31 @@ def test_a_peer_that_imports_but_is_broken_is_skipped_before_any_work(tmp_path):
         missing_peers(["plaid"], working)
 
 
+def test_side_by_side_hands_over_each_system_as_it_is_measured(tmp_path, monkeypatch):
+    """The bench keeps each system's figures on disk as they come
+    (`progress`), so a run that dies later (here exact MaxSim, out of
+    memory) has not thrown away the rounds already measured."""
+    from propdex.eval import peers
+
+    monkeypatch.setattr(peers, "read_manifest", lambda path: {})
+    monkeypatch.setattr(peers, "store_of", lambda manifest: "float16")
+
+    def child(fn, **kwargs):
+        if fn is peers.measure_exact:
+            raise RuntimeError("bench: measure_exact failed (exit 1): MemoryError")
+        return {"nDCG@10": 0.5, "p50_ms": 10.0 + len(seen), "peak_rss_mb": 1.0, "window": kwargs["window"]}
+
+    seen: list[dict] = []
+    monkeypatch.setattr(peers, "in_child", child)
+    with pytest.raises(RuntimeError, match="MemoryError"):
+        peers.side_by_side(tmp_path, [("q1", "a query")], {}, [], threads=1, work=tmp_path, rounds=2,
+                           progress=lambda so_far: seen.append(json.loads(json.dumps(so_far))))
+    assert len(seen) == 4  # two systems (the index at its window and whole documents), two rounds each
+    rounds = seen[-1]["propdex_rounds"]
+    assert set(rounds) == {"propdex", "propdex:window=0"} and [len(r) for r in rounds.values()] == [2, 2]
+    assert [r["p50_ms"] for r in rounds["propdex"]] == [10.0, 12.0]
+
+
 def test_bench_side_by_side_skips_a_peer_that_is_not_installed(tmp_path, monkeypatch, caplog):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "colbert" else real(name, *a))
@@ -72,7 +97,7 @@ def test_bench_side_by_side_skips_a_peer_that_is_not_installed(tmp_path, monkeyp
                  "--fast-plaid-python", failing, "--work", str(tmp_path / "work"), "--also", str(codes), "--out", str(out),
                  "--query-runtime", "onnx", "--rounds", "2"]) == 1
     result = json.loads(out.read_text())
-    assert "fast-plaid" not in result["systems"] and "fast-plaid" not in result["skipped"]
+    assert "fast-plaid" not in result["systems"] and "fast-plaid" not in result["skipped"] and "unfinished" not in result
     assert "no kernel image for this device" in result["failed"]["fast-plaid"]  # the cause, from two processes down
     # Every system encodes its queries on the runtime asked for, so only their search differs.
     assert result["query_runtime"] == "onnx"

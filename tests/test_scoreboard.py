@@ -2,6 +2,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from propdex.eval import scoreboard
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,3 +85,7 @@ def test_a_side_by_side_run_on_a_gpu_is_titled_by_its_device_and_names_a_failed_
     (tmp_path / "bench_gpu.json").write_text(json.dumps(run))
     lines = scoreboard.bench_tables(folder=tmp_path)
     assert "### SciFact `tokens`, stores at one thread" in lines and not any("failed" in line for line in lines)
+    # What a killed run left on disk is not a scoreboard figure.
+    (tmp_path / "bench_gpu.json").write_text(json.dumps(run | {"unfinished": True}))
+    with pytest.raises(ValueError, match="unfinished bench run"):
+        scoreboard.bench_tables(folder=tmp_path)
