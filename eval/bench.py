@@ -266,11 +266,14 @@ def _run(args) -> int:
         "versions": run_versions(), "cpu_threads": torch.get_num_threads(),
     }
 
+    def unfinished(so_far: dict[str, Any] | None = None) -> None:
+        """The result so far (and a section's own so far) to --out, marked unfinished: a run that is killed
+        or fails later keeps what it measured."""
+        write_json(args.out, result | (so_far or {}) | {"unfinished": True})
+
     def keep(**parts: Any) -> None:
-        """Each part into the result, and the result so far to --out, marked unfinished: a run that is killed or
-        fails later keeps what it measured."""
         result.update(parts)
-        write_json(args.out, result | {"unfinished": True})
+        unfinished()
 
     if "search" in sections:
         queries = list(beir_queries(args.corpus / "queries.jsonl").values())[: args.queries]
@@ -306,7 +309,7 @@ def _run(args) -> int:
         keep(**side_by_side(index, [(q.id, q.text) for q in task.queries], task.qrels, peers,
                             args.threads or torch.get_num_threads(), args.work / "peers", also=args.also,
                             fast_plaid_python=args.fast_plaid_python, device=args.device, runtime=args.query_runtime,
-                            rounds=args.rounds, progress=lambda so_far: write_json(args.out, result | so_far | {"unfinished": True})))
+                            rounds=args.rounds, progress=unfinished))
     print(json.dumps(result, indent=1))
     write_json(args.out, result)
     if failed := result.get("failed"):  # written above with everything that was measured; the run still fails
