@@ -18,16 +18,14 @@ batch: a dense target that random negatives do not make easy). HARD: hard negati
 training query's batch also holds one of the HARD passages that today's frozen runs rank highest for it among
 1,000 training passages drawn at random (its own passage excluded), so the softmax has near-misses to order.
 """
-import itertools, json, math, random, sys, time
+import random, sys, time
 
-import numpy as np
 import torch
 
-from propdex.encoders import Document, load_encoder
+from propdex.encoders import load_encoder
 from propdex.encoders.adapters import adapt, upper_layers
-from propdex.encoders.text import split_sentences
-from propdex.encoders.training.data import wiki_articles, wiki_files
-from propdex.indexer.readers import read_corpus
+
+from nugget_run_weights_data import training_pairs  # eval/notebook/, beside this script
 
 steps, lr = int(sys.argv[1]), float(sys.argv[2])
 rank = int(sys.argv[3]) if len(sys.argv) > 3 else 8
@@ -38,30 +36,7 @@ torch.manual_seed(0)
 rng = random.Random(0)
 torch.set_num_threads(2)
 enc = load_encoder("nugget", device="cpu")
-S = "../shared/data/beir/scifact"
-corpus = {d.id: d for d in read_corpus([f"{S}/corpus.jsonl"])}
-queries = {json.loads(l)["_id"]: json.loads(l)["text"] for l in open(f"{S}/queries.jsonl")}
-pairs = []
-for line in itertools.islice(open(f"{S}/qrels/train.tsv"), 1, None):
-    q, d, _ = line.split("\t")
-    if d in corpus:
-        pairs.append((queries[q], corpus[d]))
-files = wiki_files("../shared/data/wikipedia/extracted", "train")
-rng.shuffle(files)
-wiki = []
-for path in files:
-    for art in wiki_articles(path, "train"):
-        secs = [t for _, t in art.sections if len(t.split()) >= 40]
-        if len(secs) < 2:
-            continue
-        a, b = rng.sample(range(len(secs)), 2)
-        sents = [secs[a][x:y] for x, y in split_sentences(secs[a]) if 8 <= len(secs[a][x:y].split()) <= 40]
-        if not sents:
-            continue
-        wiki.append((rng.choice(sents), Document(f"{art.id}-{b}", " ".join(secs[b].split()[:220]), title=art.title)))
-    if len(wiki) >= 3000:
-        break
-pairs += wiki[:3000]
+pairs = [(q, d) for _, q, d in training_pairs(rng)]
 docs = list(dict.fromkeys(d.id for _, d in pairs))
 by_id = {d.id: d for _, d in pairs}
 rng.shuffle(docs)
