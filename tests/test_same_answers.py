@@ -129,4 +129,5 @@ def test_search_json_is_unchanged(index):
     want = [json.loads(line) for line in GOLDEN.read_text().splitlines()]
     assert [(a["args"], a["query"]) for a in got] == [(w["args"], w["query"]) for w in want]
     for a, w in zip(got, want):
-        assert not differences(a["json"], w["json"]), (a["args"], a["query"], differences(a["json"], w["json"])[:5])
+        found = differences(a["json"], w["json"])
+        assert not found, (a["args"], a["query"], found[:5])
