@@ -75,24 +75,23 @@ def runs_of(model, ids):
     return torch.nn.functional.normalize(V, dim=-1), live
 
 
+def padded(rows):
+    """(n, longest, dim) rows of vectors stacked with zeros after each, and the mask of the real ones."""
+    m = max(len(r) for r in rows)
+    X = torch.zeros(len(rows), m, 384)
+    live = torch.zeros(len(rows), m, dtype=torch.bool)
+    for j, r in enumerate(rows):
+        X[j, : len(r)] = r
+        live[j, : len(r)] = True
+    return X, live
+
+
 def teacher_of(ids):
-    m = max(len(P[d][3]) for d in ids)
-    H = torch.zeros(len(ids), m, 384)
-    live = torch.zeros(len(ids), m, dtype=torch.bool)
-    for j, d in enumerate(ids):
-        H[j, : len(P[d][3])] = P[d][3]
-        live[j, : len(P[d][3])] = True
-    return H, live
+    return padded([P[d][3] for d in ids])
 
 
 def queries_of(qs):
-    m = max(len(Q[i]) for i in qs)
-    X = torch.zeros(len(qs), m, 384)
-    M = torch.zeros(len(qs), m, dtype=torch.bool)
-    for j, i in enumerate(qs):
-        X[j, : len(Q[i])] = Q[i]
-        M[j, : len(Q[i])] = True
-    return X, M
+    return padded([Q[i] for i in qs])
 
 
 def token_max(X, V, live):
@@ -136,13 +135,7 @@ if hard_k:
         sizes = [len(g) for g in P[d][1]]
         return torch.nn.functional.normalize(torch.stack([c.mean(0) for c in P[d][3].split(sizes)]), dim=-1)
     pool = rng.sample(allp, 1000)
-    k = max(len(P[d][1]) for d in pool)
-    V = torch.zeros(len(pool), k, 384)
-    live = torch.zeros(len(pool), k, dtype=torch.bool)
-    for j, d in enumerate(pool):
-        r = frozen_runs(d)
-        V[j, : len(r)] = r
-        live[j, : len(r)] = True
+    V, live = padded([frozen_runs(d) for d in pool])
     with torch.no_grad():
         for a in range(0, len(train_pairs), 256):
             chunk = train_pairs[a:a + 256]
