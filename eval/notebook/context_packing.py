@@ -18,8 +18,8 @@ orders. Packing rules that offer more than a hit's own sentence:
 - prior=w (with --alone): sentences ranked by their score plus w times their
   document's score.
 
-answer@l as the eval counts it (HotpotQA's normalisation, yes/no left out),
-for odd- and even-numbered questions apart: a rule is chosen on the odd ones
+answer@l counted by the eval's own `ContextScores` (HotpotQA's normalisation,
+yes/no left out), for odd- and even-numbered questions apart: a rule is chosen on the odd ones
 and confirmed on the even ones.
 """
 from __future__ import annotations
@@ -31,20 +31,22 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from propdex.eval.metrics import holds_answer, normalize_answer
+from propdex.eval.answers import YES_NO, ContextScores, normalize
+from propdex.eval.datasets import load_hotpotqa
 from propdex.retriever import Searcher
-from propdex.retriever.context import CONTEXT_K, pack
+from propdex.retriever.context import CONTEXT_K
 from propdex.retriever.hits import Hit
 
 BUDGETS = (50, 100, 200, 500)
+Rule = Callable[[Sequence[Hit], dict[str, float]], list[Hit]]  # hits, their documents' scores (--alone) -> packing order
 
 
-def product(hits: Sequence[Hit]) -> list[Hit]:
+def product(hits: Sequence[Hit], docs: dict[str, float]) -> list[Hit]:
     return list(hits)
 
 
-def lead(before: bool) -> Callable[[Sequence[Hit]], list[Hit]]:
-    def order(hits: Sequence[Hit]) -> list[Hit]:
+def lead(before: bool) -> Rule:
+    def order(hits: Sequence[Hit], docs: dict[str, float]) -> list[Hit]:
         out, seen = [], set()
         for h in hits:
             first = h.doc_id not in seen
@@ -55,8 +57,8 @@ def lead(before: bool) -> Callable[[Sequence[Hit]], list[Hit]]:
     return order
 
 
-def per_doc(m: int) -> Callable[[Sequence[Hit]], list[Hit]]:
-    def order(hits: Sequence[Hit]) -> list[Hit]:
+def per_doc(m: int) -> Rule:
+    def order(hits: Sequence[Hit], docs: dict[str, float]) -> list[Hit]:
         by_doc: dict[str, list[Hit]] = {}
         for h in hits:
             by_doc.setdefault(h.doc_id, []).append(h)
@@ -66,7 +68,7 @@ def per_doc(m: int) -> Callable[[Sequence[Hit]], list[Hit]]:
     return order
 
 
-def prior(weight: float) -> Callable[[Sequence[Hit], dict[str, float]], list[Hit]]:
+def prior(weight: float) -> Rule:
     """Sentences ranked by their score plus `weight` times their document's
     (its best window's, a document-level search of the same query)."""
     def order(hits: Sequence[Hit], docs: dict[str, float]) -> list[Hit]:
@@ -87,22 +89,20 @@ def main() -> None:
     p.add_argument("out", type=Path)
     p.add_argument("--alone", action="store_true", help="no BM25, no second hop")
     args = p.parse_args()
-    questions = json.loads(args.hotpot.read_text())
+    task = load_hotpotqa(args.hotpot)
     options = {"hybrid": False, "hops": 1} if args.alone else {"hybrid": True, "hops": 2}
     rules = {**RULES, **(PRIORS if args.alone else {})}
-    answered = {(r, w, half): [] for r in rules for w in BUDGETS for half in ("odd", "even")}
+    scores = {r: ContextScores(task, BUDGETS, "sentence") for r in rules}
     with Searcher.load(args.index, device="cpu") as s:
-        for n, q in enumerate(questions, start=1):
-            if normalize_answer(q["answer"]) in ("yes", "no"):
-                continue
-            hits = s.search(q["question"], k=CONTEXT_K, level="sentence", **options)
-            docs = {h.doc_id: h.score for h in s.search(q["question"], k=CONTEXT_K, level="doc", **options)} if args.alone else {}
-            half = "odd" if n % 2 else "even"
+        for q in task.queries:
+            if normalize(task.answers[q.id]) in YES_NO:
+                continue  # left out of answer@l; no need to search
+            hits = s.search(q.text, k=CONTEXT_K, level="sentence", **options)
+            docs = {h.doc_id: h.score for h in s.search(q.text, k=CONTEXT_K, level="doc", **options)} if args.alone else {}
             for name, rule in rules.items():
-                ordered = rule(hits, docs) if name in PRIORS else rule(hits)
-                for w in BUDGETS:
-                    answered[(name, w, half)].append(holds_answer(pack(ordered, w, "sentence").text, q["answer"]))
-    table = {f"{r} answer@{w} {half}": round(100 * sum(v) / len(v), 2) for (r, w, half), v in answered.items()}
+                scores[name].add(q.id, rule(hits, docs))
+    table = {f"{r} answer@{w} {half}": round(100 * c.figures()[f"answer@{w}_{half}"], 2)
+             for r, c in scores.items() for w in BUDGETS for half in ("odd", "even")}
     args.out.write_text(json.dumps({"command": " ".join(sys.argv), "options": options, "answer": table}, indent=1))
     print("| rule | " + " | ".join(f"answer@{w} odd / even" for w in BUDGETS) + " |")
     print("|---|" + "---|" * len(BUDGETS))

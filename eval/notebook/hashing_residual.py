@@ -23,7 +23,6 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from propdex.eval.metrics import beir_metrics, rank_scores
 from scifact_codes import Claims
 
 BITS = 128
@@ -33,13 +32,9 @@ x, sample = claims.x, claims.sample
 rng = np.random.default_rng(0)
 
 
-def ranked(doc_scores) -> float:
-    """nDCG@10 of whole-document MaxSim, doc_scores(claim vectors) -> (query vectors, stored vectors)."""
-    run = {}
-    for q, qv in zip(claims.task.queries, claims.queries):
-        best = np.maximum.reduceat(doc_scores(qv), claims.starts, axis=1).sum(0)
-        run[q.id] = rank_scores(claims.doc_ids[int(claims.owner[claims.starts[i]])] for i in np.argsort(-best)[:10])
-    return round(100 * beir_metrics(run, claims.task.qrels)["nDCG@10"], 2)
+def ranked(similarities) -> float:
+    """nDCG@10 of whole-document MaxSim over similarities(claim vectors)."""
+    return round(100 * claims.rank_by(similarities)["nDCG@10"], 2)
 
 
 def pca(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

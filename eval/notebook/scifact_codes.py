@@ -29,8 +29,13 @@ class Claims:
 
     def rank(self, doc_side: np.ndarray, query_side) -> dict:
         """BEIR metrics of every document scored by whole-document MaxSim of query_side(claim vectors) against doc_side rows."""
+        return self.rank_by(lambda qv: query_side(qv) @ doc_side.T)
+
+    def rank_by(self, similarities) -> dict:
+        """BEIR metrics of every document scored by whole-document MaxSim over
+        similarities(claim vectors): (query vectors, stored vectors), for codes that decode to more than one product."""
         run = {}
         for q, qv in zip(self.task.queries, self.queries):
-            best = np.maximum.reduceat(query_side(qv) @ doc_side.T, self.starts, axis=1).sum(0)
+            best = np.maximum.reduceat(similarities(qv), self.starts, axis=1).sum(0)
             run[q.id] = rank_scores(self.doc_ids[int(self.owner[self.starts[i]])] for i in np.argsort(-best)[:10])
         return beir_metrics(run, self.task.qrels)
