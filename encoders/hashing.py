@@ -84,11 +84,11 @@ def signs(codes: np.ndarray, bits: int) -> np.ndarray:
     Decoded by one gather a byte from a table of the 256 bytes' eight
     values: stage 2 decodes every candidate's rows, and the gather writes
     each float once where unpacking, casting and scaling pass over it thrice."""
-    return np.take(_sign_table(bits), np.ascontiguousarray(codes), axis=0).reshape(len(codes), bits)
+    return np.take(sign_table(bits), np.ascontiguousarray(codes), axis=0).reshape(len(codes), bits)
 
 
 @lru_cache(maxsize=None)
-def _sign_table(bits: int) -> np.ndarray:
+def sign_table(bits: int) -> np.ndarray:
     """(256, 8) float32: the +-1/sqrt(bits) values of a byte's bits, little-endian."""
     out = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(np.float32)
     out *= 2.0 / np.sqrt(bits)

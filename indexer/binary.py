@@ -6,11 +6,15 @@ index's one trained file, `CODEC_FILE`, holds the hashing heads (the
 linear map whose signs are the bits: `encoders.hashing`) and the binary
 IVF's centroids.
 
-Stage 1 ranks a query vector's sign code against the codes by Hamming
-distance in FAISS's binary indexes (IndexBinaryIVF, or IndexBinaryFlat
-for a corpus small enough to scan), filled from the rows at load: ids live
-in memory only. A hit's score is the cosine of the two +-1 vectors,
-1 - 2 h / B, so that stage 1's estimates add up as MaxSim's do.
+Stage 1 over a corpus small enough to scan ranks every code by the
+asymmetric score stage 2 uses (the float query's head scores against the
+code's +-1 vector), in FAISS's 4-bit fast-scan PQ: B/4 sub-quantizers whose
+16 centroids are the +-1 patterns of their 4 bits, so a packed code is its
+own PQ code and the scan reads the same B/8 bytes a Hamming scan would.
+Over lists (IndexBinaryIVF) it ranks the query's sign code by Hamming
+distance, a hit scoring the cosine of the two +-1 vectors, 1 - 2 h / B.
+Either way stage 1's estimates add up as MaxSim's do. Both indexes are
+filled from the rows at load: ids live in memory only.
 
 Stage 2 scores the float query against the codes themselves: the query's
 side is its heads' scores, unit length (`HashCodec.query`), the document's
@@ -26,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from propdex.encoders.hashing import FITTED, METHODS, HashCodec, check_bits, initial, learned_name, load_learned, lsh, pca, signs
+from propdex.encoders.hashing import FITTED, METHODS, HashCodec, sign_table, check_bits, initial, learned_name, load_learned, lsh, pca, signs
 
 from .factory import _lists, list_bytes
 from .faiss_setup import apply_threads, faiss
@@ -34,7 +38,7 @@ from .faiss_setup import apply_threads, faiss
 CODEC_FILE = "trained.hashing"  # safetensors: weight, bias (the heads), centroids (BIVF's lists)
 BITS_FILE = "index.bits"  # a shard's rows: uint8 .npy (V, list bytes + B/8)
 BITS = 256  # the default code: 32 bytes a vector
-SCAN_BELOW = 1 << 19  # codes; under this, stage 1 is a Hamming scan of every code (BFlat)
+SCAN_BELOW = 1 << 19  # codes; under this, stage 1 scans every code (BFlat)
 
 
 def holds_bits(path: str | Path) -> bool:
@@ -174,6 +178,22 @@ def _flat(codes: np.ndarray, bits: int) -> Any:
     return index
 
 
+def _scan(codes: np.ndarray, bits: int) -> Any:
+    """Every code in FAISS's fast-scan PQ, scored by inner product with the
+    query's unit head scores: sub-quantizer m is bits 4m..4m+3, centroid j
+    the +-1/sqrt(B) values of j's four bits (little-endian, as `pack` and
+    FAISS's 4-bit codes both are), so the rows go in as they are stored and
+    the score is the cosine stage 2 computes (to FAISS's 8-bit lookup tables)."""
+    m = bits // 4
+    pq = faiss.IndexPQ(bits, m, 4, faiss.METRIC_INNER_PRODUCT)
+    faiss.copy_array_to_vector(np.tile(sign_table(bits)[:16, :4].ravel(), m), pq.pq.centroids)
+    pq.is_trained = True
+    if len(codes):
+        faiss.copy_array_to_vector(np.ascontiguousarray(codes).ravel(), pq.codes)
+        pq.ntotal = len(codes)
+    return faiss.IndexPQFastScan(pq)
+
+
 def write_codec(codec: BinaryCodec, path: Path, record: dict[str, str]) -> None:
     """The codec as one safetensors file; `record` (method, weights' sha256) rides in its header."""
     from safetensors.numpy import save_file
@@ -204,7 +224,8 @@ def read_rows(path: Path, codec: BinaryCodec) -> np.ndarray:
 
 
 class BinaryIndex:
-    """Stage 1 over one shard's codes, searched by Hamming distance.
+    """Stage 1 over one shard's codes: an asymmetric scan of them all (BFlat),
+    or Hamming distance through the lists (BIVF).
 
     A `where=` filter or deletions restrict the search to the allowed
     vectors inside it: FAISS's IVF over binary codes takes no ID selector, so
@@ -218,7 +239,7 @@ class BinaryIndex:
         self.bits = codec.bits
         self.ntotal = len(rows)
         if lists is None:
-            self.index = _flat(np.ascontiguousarray(self.codes), self.bits)
+            self.index = _scan(self.codes, self.bits)
             return
         ivf = faiss.IndexBinaryIVF(codec.quantizer, self.bits, codec.nlist)
         ivf.is_trained, ivf.own_fields = True, False  # the quantizer is the codec's, shared by every shard
@@ -240,30 +261,32 @@ class BinaryIndex:
 
     def search(self, queries: np.ndarray, k: int, nprobe: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(scores, ids) of each query vector's k nearest codes, -1 ids where fewer exist."""
-        codes = self.codec.hashing.encode(queries)
+        hashing = self.codec.hashing
+        x = hashing.encode(queries) if self.nlist else hashing.query(queries)
         apply_threads()
         if allowed is None:
-            d, ids = self._search(codes, k, nprobe)
-        elif self.nlist and 2 * int(allowed.sum()) >= len(allowed):
+            d, ids = self._search(x, k, nprobe)
+        elif 2 * int(allowed.sum()) >= len(allowed):
             wide = min(self.ntotal, math.ceil(k * len(allowed) / max(int(allowed.sum()), 1)) + k)
-            d, ids = self._search(codes, wide, nprobe)
+            d, ids = self._search(x, wide, nprobe)
             keep = (ids >= 0) & allowed[np.maximum(ids, 0)]
             d, ids = _first(d, ids, keep, k)
         else:
             chosen = np.flatnonzero(allowed)
-            d, ids = _flat(np.ascontiguousarray(self.codes[chosen]), self.bits).search(codes, min(k, len(chosen)))
+            scan = (_flat if self.nlist else _scan)(self.codes[chosen], self.bits)
+            d, ids = scan.search(x, min(k, len(chosen)))
             ids = np.where(ids >= 0, chosen[np.maximum(ids, 0)], -1)
             if ids.shape[1] < k:
                 pad = k - ids.shape[1]
-                d = np.pad(d, ((0, 0), (0, pad)), constant_values=self.bits)
+                d = np.pad(d, ((0, 0), (0, pad)))
                 ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
-        scores = 1.0 - 2.0 * d.astype(np.float32) / self.bits
+        scores = 1.0 - 2.0 * d.astype(np.float32) / self.bits if self.nlist else d
         return np.where(ids >= 0, scores, -np.inf).astype(np.float32), ids
 
-    def _search(self, codes: np.ndarray, k: int, nprobe: int) -> tuple[np.ndarray, np.ndarray]:
+    def _search(self, x: np.ndarray, k: int, nprobe: int) -> tuple[np.ndarray, np.ndarray]:
         if self.nlist:
-            return self.index.search(codes, k, params=faiss.SearchParametersIVF(nprobe=min(nprobe, self.nlist)))
-        return self.index.search(codes, k)
+            return self.index.search(x, k, params=faiss.SearchParametersIVF(nprobe=min(nprobe, self.nlist)))
+        return self.index.search(x, k)
 
     def decoder(self, ids: np.ndarray) -> np.ndarray:
         """Stage 2's document side: the codes of `ids` as +-1/sqrt(B) rows."""

@@ -30,8 +30,9 @@ from . import ann, binary
 #   exact MaxSim at about a ninth of the float16 copy's bytes; under 50k
 #   vectors both are exact.
 # binary: each vector kept as its `bits`-bit code alone (indexer.binary):
-#   stage 1 by Hamming distance, stage 2 scores the float query against the
-#   codes; `hashing` names where the bits come from (encoders.hashing).
+#   stage 1 scans the codes with the float query (or, through lists, by
+#   Hamming distance), stage 2 scores the float query against the codes;
+#   `hashing` names where the bits come from (encoders.hashing).
 STORES = ("float16", "codes", "binary")
 
 

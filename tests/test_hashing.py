@@ -141,12 +141,11 @@ def test_neighbour_recall_is_one_for_a_map_that_keeps_everything():
 
 
 # -- the binary index ----------------------------------------------------------------------------
-@pytest.mark.parametrize("factory", ["BFlat", "BIVF16"])
-def test_hamming_search_equals_brute_force(factory):
+def test_hamming_search_through_lists_equals_brute_force():
     x = _unit(3000, 32)
-    codec = binary.train(factory, lsh(32, 64), x)
+    codec = binary.train("BIVF16", lsh(32, 64), x)
     rows = codec.rows(x)
-    assert rows.shape == (3000, (1 if codec.nlist else 0) + 8)  # list number (16 lists: one byte), then B/8 bytes
+    assert rows.shape == (3000, 1 + 8)  # list number (16 lists: one byte), then B/8 bytes
     index = binary.BinaryIndex(codec, rows)
     q = _unit(7, 32, seed=1)
     scores, ids = index.search(q, 10, nprobe=16)
@@ -157,6 +156,35 @@ def test_hamming_search_equals_brute_force(factory):
         assert np.allclose(scores[r], 1 - 2 * d[r, ids[r]] / 64)
 
 
+def _asymmetric(codec, q: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Stage 2's score of every query vector against every code."""
+    return codec.hashing.query(q) @ signs(codes, codec.bits).T
+
+
+def _nearest_by_score(found: np.ndarray, exact: np.ndarray, k: int, tol: float) -> bool:
+    """Whether the found ids are a top k of `exact` up to ties within tol (the scan's 8-bit tables)."""
+    return len(set(found.tolist())) == k and bool(exact[found].min() >= np.sort(exact)[::-1][k - 1] - tol)
+
+
+def test_a_scan_ranks_every_code_by_stage_twos_asymmetric_score():
+    x = _unit(3000, 32)
+    codec = binary.train("BFlat", pca(x, 64), x)
+    rows = codec.rows(x)
+    assert rows.shape == (3000, 8)  # no list number: B/8 bytes a row
+    index = binary.BinaryIndex(codec, rows)
+    q = _unit(7, 32, seed=1)
+    scores, ids = index.search(q, 10, nprobe=16)
+    exact = _asymmetric(codec, q, rows)
+    for r in range(len(q)):
+        assert _nearest_by_score(ids[r], exact[r], 10, tol=0.02)
+        assert np.allclose(scores[r], exact[r, ids[r]], atol=0.01)
+    # What a Hamming ranking misses: the query's magnitudes; the scan keeps them.
+    hamming = np.argsort(_hamming(codec.hashing.encode(q), rows), axis=1, kind="stable")[:, :10]
+    assert sum(exact[r, ids[r]].sum() > exact[r, hamming[r]].sum() for r in range(len(q))) >= 5
+    empty = binary.BinaryIndex(codec, rows[:0]).search(q, 5, nprobe=1)
+    assert (empty[1] == -1).all() and np.isneginf(empty[0]).all()
+
+
 def test_binary_stage_1_scans_every_code_until_half_a_million():
     assert binary.default_factory(300_000) == "BFlat"
     assert binary.default_factory(binary.SCAN_BELOW - 1) == "BFlat"
@@ -165,18 +193,24 @@ def test_binary_stage_1_scans_every_code_until_half_a_million():
     assert binary.lists_of(binary.default_factory(20_000_000)) > 1000
 
 
-def test_filtered_search_returns_only_allowed_vectors_and_the_nearest_of_them():
+@pytest.mark.parametrize("factory", ["BFlat", "BIVF16"])
+def test_filtered_search_returns_only_allowed_vectors_and_the_nearest_of_them(factory):
     x = _unit(3000, 32)
-    codec = binary.train("BIVF16", lsh(32, 64), x)
+    codec = binary.train(factory, lsh(32, 64), x)
     index = binary.BinaryIndex(codec, codec.rows(x))
     q = _unit(4, 32, seed=2)
     d = _hamming(codec.hashing.encode(q), codec.hashing.encode(x))
-    for share in (0.1, 0.8):  # a scan of the allowed codes; the lists, probed wider
+    exact = _asymmetric(codec, q, codec.hashing.encode(x))
+    for share in (0.1, 0.8):  # a scan of the allowed codes; the index, searched wider
         allowed = np.random.default_rng(3).random(3000) < share
         _, ids = index.search(q, 10, nprobe=16, allowed=allowed)
         assert allowed[ids[ids >= 0]].all()
         for r in range(len(q)):
-            assert np.array_equal(np.sort(d[r, ids[r]]), np.sort(d[r, allowed])[:10])
+            if codec.nlist:
+                assert np.array_equal(np.sort(d[r, ids[r]]), np.sort(d[r, allowed])[:10])
+            else:
+                masked = np.where(allowed, exact[r], -np.inf)
+                assert _nearest_by_score(ids[r], masked, 10, tol=0.02)
 
 
 @pytest.fixture(scope="module")
