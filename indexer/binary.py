@@ -52,11 +52,11 @@ def default_factory(n_vectors: int) -> str:
     store's stage 1 has. A scan loses no neighbour to a list it did not
     probe, and with the few probes a multi-vector query makes, IVF over a
     few hundred thousand codes misses many that MaxSim needs; but a scan
-    costs every code's popcounts for every query vector, while lists cost
-    about 1/256 of them. The threshold is where the scan's cost stops being
-    small beside the rest of a query: at 2^19 codes and ~32 query vectors a
-    scan is ~16M Hamming distances, about as long as stage 2's decoding and
-    scoring; above it the scan would be most of a query."""
+    scores every code for every query vector, while lists cost about 1/256
+    of them. The threshold is where the scan's cost stops being small beside
+    the rest of a query: at 2^19 codes and ~32 query vectors a scan is ~16M
+    code scores, about as long as stage 2's decoding and scoring; above it
+    the scan would be most of a query."""
     if n_vectors < SCAN_BELOW:
         return "BFlat"
     return f"BIVF{_lists(n_vectors, 4 * math.sqrt(n_vectors))}"
