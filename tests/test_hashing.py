@@ -2,6 +2,7 @@
 index that keeps each vector as its B-bit code alone."""
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 
 import numpy as np
@@ -183,6 +184,24 @@ def test_a_scan_ranks_every_code_by_stage_twos_asymmetric_score():
     assert sum(exact[r, ids[r]].sum() > exact[r, hamming[r]].sum() for r in range(len(q))) >= 5
     empty = binary.BinaryIndex(codec, rows[:0]).search(q, 5, nprobe=1)
     assert (empty[1] == -1).all() and np.isneginf(empty[0]).all()
+
+
+@pytest.mark.parametrize("bits", [8, 24, 64, 128])
+def test_a_fresh_scan_finds_every_hit_it_is_asked_for(bits):
+    """Scans built one after another in memory other arrays have just left
+    (FAISS's heap results came back empty there for k = 3, 8 bits)."""
+    x = _unit(1000, 32)
+    missing = []
+    for k in (1, 2, 3, 5, 10, 64):
+        for b in (8, bits, 8, bits):
+            dirt = [np.full(n, 7.5, np.float32) for n in (8, 64, 256, 1024)]
+            del dirt
+            codec = binary.train("BFlat", lsh(32, b), x)
+            scores, ids = binary.BinaryIndex(codec, codec.rows(x)).search(x[:2], k, nprobe=1)
+            print(scores[:, 0], ids[:, 0], file=io.StringIO())  # allocates and frees, as a user's print does
+            if (ids < 0).any() or not np.isfinite(scores).all():
+                missing.append((b, k))
+    assert not missing
 
 
 def test_binary_stage_1_scans_every_code_until_half_a_million():
