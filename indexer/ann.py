@@ -161,6 +161,11 @@ def _selector(allowed: np.ndarray | None) -> "faiss.IDSelector | None":
     return selector
 
 
+# FAISS 1.15.1's fast-scan search has returned no hit at all for a query at
+# k = 3 (heap results, a freshly built index): FAISS is asked for at least this many.
+FEWEST_HITS = 8
+
+
 def search(index: Any, queries: np.ndarray, k: int, nprobe: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(scores, ids) of each query's k nearest vectors, -1 ids where fewer
     exist; `allowed` (bool per vector) restricts the search to those vectors
@@ -174,5 +179,6 @@ def search(index: Any, queries: np.ndarray, k: int, nprobe: int, allowed: np.nda
     apply_threads()
     selector = _selector(allowed)  # a local: FAISS reads it through a raw pointer while it searches
     params = search_params(index, nprobe, selector)
-    scores, ids = index.search(x, k, params=params) if params is not None else index.search(x, k)
-    return scores, ids
+    asked = max(k, FEWEST_HITS)
+    scores, ids = index.search(x, asked, params=params) if params is not None else index.search(x, asked)
+    return scores[:, :k], ids[:, :k]

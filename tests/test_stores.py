@@ -554,3 +554,24 @@ def test_tables_decode_standalone_codes_to_the_floats_faiss_decodes(factory):
         assert isinstance(got, np.ndarray) and got.dtype == np.float32 and np.array_equal(got, want)
     with pytest.raises(ValueError, match="4 or 8 bits"):
         CodesDecoder(faiss.index_factory(64, "IVF64,Flat", faiss.METRIC_INNER_PRODUCT), None)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_a_fresh_fast_scan_index_finds_every_hit_it_is_asked_for(k):
+    """FAISS's fast-scan heap once returned no hit for a query at k = 3 on an
+    index built in memory other arrays had just left; stage 1 asks for more."""
+    import io
+
+    x = np.random.default_rng(0).standard_normal((3000, 32)).astype(np.float32)
+    missing = []
+    for rep in range(3):
+        dirt = [np.full(n, 7.5, np.float32) for n in (8, 64, 256, 1024)]
+        del dirt
+        index = faiss.index_factory(32, "IVF16,PQ16x4fs", faiss.METRIC_INNER_PRODUCT)
+        index.train(x)
+        index.add(x)
+        scores, ids = ann.search(index, x[:2], k, nprobe=4)
+        print(scores[:, 0], ids[:, 0], file=io.StringIO())  # allocates and frees, as a user's print does
+        assert ids.shape == (2, k)
+        missing += [rep] * int((ids < 0).any())
+    assert not missing
