@@ -89,3 +89,29 @@ def test_a_side_by_side_run_on_a_gpu_is_titled_by_its_device_and_names_a_failed_
     (tmp_path / "bench_gpu.json").write_text(json.dumps(run | {"unfinished": True}))
     with pytest.raises(ValueError, match="unfinished bench run"):
         scoreboard.bench_tables(folder=tmp_path)
+
+
+def test_a_scale_point_measured_again_is_shown_from_the_later_run_only(tmp_path, monkeypatch):
+    """A point a later run measured again (its path changed) leaves the earlier
+    table, which says where it went; the earlier run's growth goal is then
+    read on time alone, and a later file without the point is refused."""
+    import json
+
+    def point(system, docs, p50):
+        return {"encoder": system, "documents": docs, "vectors": docs * 10, "factory": "F", "bytes_per_vector": 9.0,
+                "p50_ms": p50, "p95_ms": p50 * 2, "stages_ms": {}, "text_bytes": docs * 1000}
+
+    def write(name, points):
+        curve = {"queries": 5, "threads": 1, "points": points}
+        (tmp_path / name).write_text(json.dumps({"command": "propdex bench", "versions": {"git": "abc"}, "scale": curve}))
+
+    write("bench_scale_a.json", [point("bin", 100, 20.0), point("bin", 1_000, 40.0), point("bin", 6_510, 50.0)])
+    write("bench_scale_b.json", [point("bin", 100, 10.0)])
+    monkeypatch.setattr(scoreboard, "SUPERSEDED", {("bench_scale_a.json", "bin", 100): ("bench_scale_b.json", "a change")})
+    lines = scoreboard.bench_tables(folder=tmp_path)
+    assert sum(line.startswith("| `bin` | 100 |") for line in lines) == 1  # from b alone
+    assert "- `bin` at 100 documents: measured again after a change, in `bench_scale_b.json`." in lines
+    assert "- `bin`: p50 at 6,510 documents 1.25x the p50 at 1,000; goal at most 60 ms: met." in lines
+    write("bench_scale_b.json", [point("bin", 1_000, 10.0)])
+    with pytest.raises(ValueError, match="no such point"):
+        scoreboard.bench_tables(folder=tmp_path)
