@@ -16,6 +16,7 @@ import argparse
 import json
 import shlex
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -274,6 +275,11 @@ def bench_tables(folder: Path = RESULTS) -> list[str]:
     one thread (bench_*.json with systems), the scale curve, and
     one-document adds (ingest)."""
     lines = []
+    # A system projected in several scale runs is projected once, from its largest point.
+    farthest: dict[str, int] = {}
+    for path in folder.glob("bench_*.json"):
+        for system, pro in json.loads(path.read_text()).get("scale", {}).get("projected", {}).items():
+            farthest[system] = max(farthest.get(system, 0), pro["from_documents"])
     for path in sorted(folder.glob("bench_*.json")):
         result = json.loads(path.read_text())
         if result.get("unfinished"):
@@ -325,9 +331,9 @@ def bench_tables(folder: Path = RESULTS) -> list[str]:
                                    " / ".join(_f(stages.get(k), 1) for k in ("encode", "stage 1", "stage 2", "aggregate")),
                                    _f(p.get("search_rss_mb"), 0)]))
             lines += ["", f"- {curve['queries']} HotpotQA-600 questions one at a time; every point is built with the same "
-                          f"settings (`--training full` where a codec is trained), so a system's points differ only in size."]
-            lines += [f"- `{system}` at {docs:,} documents: measured again after {why}, in `{later}`."
-                      for (system, docs), (later, why) in again.items()]
+                          f"settings (`--training full` where a codec is trained), so a system's points differ only in size"
+                          + "".join(f"; `{system}` at {docs:,} documents was measured again after {why}, in `{later}`"
+                                    for (system, docs), (later, why) in again.items()) + "."]
             for system in systems:
                 points = [p for p in curve["points"] if p["encoder"] == system]
                 small, large = min(points, key=lambda p: p["documents"]), max(points, key=lambda p: p["documents"])
@@ -342,7 +348,7 @@ def bench_tables(folder: Path = RESULTS) -> list[str]:
                         over = [f"{large['p50_ms'] - ms:+.1f} ms"] * (large["p50_ms"] > ms) + [f"{ratio:.2f}x"] * (ratio > times)
                         line += f"; goal at most {ms:.0f} ms and {times}x: " + (f"not met ({', '.join(over)})" if over else "met")
                     lines.append(line + ".")
-                if pro := curve.get("projected", {}).get(system):
+                if (pro := curve.get("projected", {}).get(system)) and pro["from_documents"] >= farthest.get(system, 0):
                     text_kb = large["text_bytes"] / large["documents"] / 1e3
                     lines.append(f"- `{system}` projected from {pro['from_documents']:,} to {pro['documents']:,} documents like "
                                  f"them ({text_kb:.1f} kB of text each): {pro['vectors'] / 1e6:,.0f}M vectors, "
@@ -419,20 +425,27 @@ def readme_with_headline(readme: str, folder: Path = RESULTS) -> str:
     return readme[:a] + "\n".join(headline(folder)) + "\n" + readme[b:]
 
 
+# The scoreboard's opening paragraph, wrapped to the width of its tables' prose.
+PREAMBLE = (
+    'Every figure here comes from the JSON file named above its table, written by the command shown '
+    'beside it, at the commit it records, at the defaults of that commit, on 2 CPU cores with no GPU '
+    '(titles on, the default `codes` store, documents scored by their best passage-sized window). Each '
+    'system runs through the shipped search: `A+bm25` is `propdex search --hybrid`, `:hops=2` is `--hops '
+    "2`. `encode s` is the corpus's encoding time as the index's manifest recorded it when it was built: "
+    'a system that shares the backbone pass of one built before it in that run (`tokens` and `nugget` '
+    'after `single`) shows only its pooling. Latency is one query at a time, the query encoder included; '
+    'these runs shared the two cores with each other, so p50 ranks systems only roughly and is no latency '
+    'figure (`propdex bench` measures that alone). `python -m propdex.eval.scoreboard` rewrites this file '
+    'from the JSON files. Lab history and older measurements (GPU, PLAID, scale) are in '
+    '[notebook/](notebook/README.md).'
+)
+
+
 def render(folder: Path = RESULTS) -> str:
     out = [
         "# Scoreboard",
         "",
-        "Every figure here comes from the JSON file named above its table, written by the command shown beside it, at the",
-        "commit it records, at the defaults of that commit, on 2 CPU cores with no GPU (titles on, the default `codes`",
-        "store, documents scored by their best passage-sized window). Each system runs through the shipped search:",
-        "`A+bm25` is `propdex search --hybrid`, `:hops=2` is `--hops 2`. `encode s` is the corpus's encoding time as",
-        "the index's manifest recorded it when it was built: a system that shares the backbone pass of one built before",
-        "it in that run (`tokens` and `nugget` after `single`) shows only its pooling. Latency is one query at a time,",
-        "the query encoder included; these runs shared the two cores with each other, so p50 ranks systems only",
-        "roughly and is no latency figure (`propdex bench` measures that alone). `python -m propdex.eval.scoreboard`",
-        "rewrites this file from the JSON files.",
-        "Lab history and older measurements (GPU, PLAID, scale) are in [notebook/](notebook/README.md).",
+        *textwrap.wrap(PREAMBLE, 118),
         "",
         "## Headline",
         "",
