@@ -1,10 +1,13 @@
-"""A `propdex eval` result as a markdown table and a Recall@k plot.
+"""A `propdex eval` result as a markdown table and a Recall@k plot, and the
+markdown pieces the scoreboard is written with.
 
 Rendering reads only the result dictionary, so older results files render
 too: a figure they lack shows as a dash.
 """
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +21,9 @@ def markdown(result: dict[str, Any]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, s in systems.items():
         cells = [name, *(f"{100 * s['metrics'][m]:.2f}" for m in names)]
-        cells += [_fmt(s.get("vectors_per_doc"), 1), _fmt(s.get("bytes_per_vector"), 1),
-                  _fmt(s.get("all_in_bytes_per_vector"), 1), _fmt(s.get("encode_s"), 1) + (" (shared)" if s.get("encode_shared") else "")]
-        cells += [_fmt(s["latency_ms_p50"], 1), _fmt(s["latency_ms_p95"], 1)]
+        cells += [cell(s.get("vectors_per_doc"), 1), cell(s.get("bytes_per_vector"), 1),
+                  cell(s.get("all_in_bytes_per_vector"), 1), cell(s.get("encode_s"), 1) + (" (shared)" if s.get("encode_shared") else "")]
+        cells += [cell(s["latency_ms_p50"], 1), cell(s["latency_ms_p95"], 1)]
         lines.append("| " + " | ".join(cells) + " |")
     if top1 := {name: s["top1"] for name, s in systems.items() if "top1" in s}:
         lines += ["", top1_markdown(top1)]
@@ -50,13 +53,29 @@ def top1_markdown(top1: dict[str, dict[str, int]]) -> str:
         past = counts.get("gold_past_siblings")  # absent from older results files
         share = None if past is None else 100 * past / sum(counts[o] for o in TOP1_ORIGINS)
         holding = counts.get("sibling_contains_query")  # absent from older results files
-        cells = [name, *(str(counts[o]) for o in TOP1_ORIGINS), _fmt(share, 2), "–" if holding is None else str(holding)]
+        cells = [name, *(str(counts[o]) for o in TOP1_ORIGINS), cell(share, 2), "–" if holding is None else str(holding)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _fmt(value: float | None, digits: int) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
+def cell(value: float | None, digits: int = 2, scale: float = 1.0) -> str:
+    """A figure as a table shows it: `digits` decimals of scale x value, a dash where it is missing."""
+    return "–" if value is None else f"{scale * value:.{digits}f}"
+
+
+def row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def cited(source: str, command: str) -> list[str]:
+    """Where a table's figures come from, and the command that wrote them right under it."""
+    return [source, "```bash", command, "```", ""]
+
+
+def load(name: str, folder: Path) -> dict[str, Any] | None:
+    """A JSON result in `folder`, or None where it is absent."""
+    path = folder / name
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def plot_recall(result: dict[str, Any], path: Path) -> None:

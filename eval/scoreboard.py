@@ -24,6 +24,9 @@ from typing import Any
 from propdex.encoders.hashing import METHODS
 from propdex.indexer.settings import IndexSettings
 
+from .bench_board import bench_tables
+from .render import cell, cited, load, row
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "eval" / "results" / "scoreboard"
 # The runs behind each table: one run, or the first run and later ones that
@@ -60,19 +63,7 @@ BUDGETS = (50, 100, 200, 500)
 AGREEMENT = ("agree_scifact.json", "agree_hotpotqa.json")
 AGREED_SYSTEMS = {"bm25": ["--bm25"], "tokens+bm25": ["--hybrid"], "tokens+bm25:hops=2": ["--hybrid", "--hops", "2"]}
 GRAINS = ("single", "tokens", "nugget", "proposition", "proposition:beside=1", "crossthought")
-# Scale points a later run measured again, after a change to the search path
-# they take: (file, system, documents) -> (the later file, what changed).
-# The earlier run keeps its other points; its growth is then read from them.
-SUPERSEDED = {
-    ("bench_scale_tokens.json", "tokens:store=binary:bits=256", 100): ("bench_scale_binary.json", "the asymmetric scan"),
-}
-SCALE_GOAL = (6_510, 60.0, 1.5)  # issue 58: p50 over the whole extract at most 60 ms at one thread, and 1.5x the smallest point's
 HEADLINE = ("bm25", "single", "tokens", "nugget", "proposition", "crossthought", "tokens+bm25", "tokens+bm25:hops=2")
-
-
-def load(name: str, folder: Path = RESULTS) -> dict[str, Any] | None:
-    path = folder / name
-    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def runs(key: str, folder: Path = RESULTS) -> dict[str, Any] | None:
@@ -89,19 +80,6 @@ def runs(key: str, folder: Path = RESULTS) -> dict[str, Any] | None:
     return {"systems": systems, "parts": parts}
 
 
-def _f(value: float | None, digits: int = 2, scale: float = 1.0) -> str:
-    return "–" if value is None else f"{scale * value:.{digits}f}"
-
-
-def _row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
-def cited(source: str, command: str) -> list[str]:
-    """Where a table's figures come from, and the command that wrote them right under it."""
-    return [source, "```bash", command, "```", ""]
-
-
 def provenance(result: dict[str, Any], name: str) -> list[str]:
     v = result["versions"]
     return cited(f"`eval/results/scoreboard/{name}`, commit {v.get('git')}, torch {v.get('torch')}, faiss "
@@ -110,11 +88,11 @@ def provenance(result: dict[str, Any], name: str) -> list[str]:
 
 def table(result: dict[str, Any], metrics: Sequence[str]) -> list[str]:
     head = ["system", *metrics, "vec/doc", "B/vec all in", "encode s", "p50 ms"]
-    lines = [_row(head), "|" + "---|" * len(head)]
+    lines = [row(head), "|" + "---|" * len(head)]
     for name, s in result["systems"].items():
-        encode = "–" if s.get("encode_s") is None else ("shared" if s.get("encode_shared") else _f(s["encode_s"], 0))
-        lines.append(_row([name, *(_f(s["metrics"].get(m), 2, 100) for m in metrics), _f(s.get("vectors_per_doc"), 1),
-                           _f(s.get("all_in_bytes_per_vector"), 0), encode, _f(s["latency_ms_p50"], 1)]))
+        encode = "–" if s.get("encode_s") is None else ("shared" if s.get("encode_shared") else cell(s["encode_s"], 0))
+        lines.append(row([name, *(cell(s["metrics"].get(m), 2, 100) for m in metrics), cell(s.get("vectors_per_doc"), 1),
+                           cell(s.get("all_in_bytes_per_vector"), 0), encode, cell(s["latency_ms_p50"], 1)]))
     return lines
 
 
@@ -123,7 +101,7 @@ def headline(folder: Path = RESULTS) -> list[str]:
     scifact, hotpot, sentence = (runs(n, folder) for n in ("scifact", "hotpotqa", "hotpotqa_sentence"))
     head = ["system", "SciFact nDCG@10", "HotpotQA R@10", "HotpotQA AllGold@10", "HotpotQA sentence R@10",
             "vec/doc (SciFact)", "B/vec all in", "p50 ms (SciFact)"]
-    lines = [_row(head), "|" + "---|" * len(head)]
+    lines = [row(head), "|" + "---|" * len(head)]
 
     def get(result: dict[str, Any] | None, system: str, key: str, metric: bool = True) -> float | None:
         s = (result or {}).get("systems", {}).get(system)
@@ -132,10 +110,10 @@ def headline(folder: Path = RESULTS) -> list[str]:
         return s["metrics"].get(key) if metric else s.get(key)
 
     for system in HEADLINE:
-        lines.append(_row([f"`{system}`", _f(get(scifact, system, "nDCG@10"), 2, 100), _f(get(hotpot, system, "Recall@10"), 2, 100),
-                           _f(get(hotpot, system, "AllGold@10"), 2, 100), _f(get(sentence, system, "Recall@10"), 2, 100),
-                           _f(get(scifact, system, "vectors_per_doc", False), 1), _f(get(scifact, system, "all_in_bytes_per_vector", False), 0),
-                           _f(get(scifact, system, "latency_ms_p50", False), 1)]))
+        lines.append(row([f"`{system}`", cell(get(scifact, system, "nDCG@10"), 2, 100), cell(get(hotpot, system, "Recall@10"), 2, 100),
+                           cell(get(hotpot, system, "AllGold@10"), 2, 100), cell(get(sentence, system, "Recall@10"), 2, 100),
+                           cell(get(scifact, system, "vectors_per_doc", False), 1), cell(get(scifact, system, "all_in_bytes_per_vector", False), 0),
+                           cell(get(scifact, system, "latency_ms_p50", False), 1)]))
     return lines
 
 
@@ -198,10 +176,10 @@ def contexts(folder: Path = RESULTS) -> list[str]:
     head = ["system", "level", *(f"answer@{w}" for w in BUDGETS), *(f"support@{w}" for w in BUDGETS)]
     lines = [f"From {files} (the `--words 50,100,200,500` of their commands). answer@l: the gold answer, normalised as",
              "HotpotQA's script does, is in the first l words (yes/no questions left out); support@l: the share of supporting",
-             "sentences held whole. The packing is `Index.context`'s.", "", _row(head), "|" + "---|" * len(head)]
+             "sentences held whole. The packing is `Index.context`'s.", "", row(head), "|" + "---|" * len(head)]
     for system, level, c in rows:
-        lines.append(_row([system, level, *(_f(c.get(f"answer@{w}"), 2, 100) for w in BUDGETS),
-                           *(_f(c.get(f"support@{w}"), 2, 100) for w in BUDGETS)]))
+        lines.append(row([system, level, *(cell(c.get(f"answer@{w}"), 2, 100) for w in BUDGETS),
+                           *(cell(c.get(f"support@{w}"), 2, 100) for w in BUDGETS)]))
     lines += ["", *context_findings(rows)]
     best = max(rows, key=lambda r: r[2].get("answer@200_odd", -1))
     lines += ["", f"Best at 200 words on the odd-numbered questions: `{best[0]}` at {best[1]} level, answer@200 "
@@ -270,136 +248,6 @@ def binary_findings(key: str, metric: str, default: str, folder: Path = RESULTS)
     return lines
 
 
-def bench_tables(folder: Path = RESULTS) -> list[str]:
-    """`propdex bench` runs kept beside the eval runs: stores side by side at
-    one thread (bench_*.json with systems), the scale curve, and
-    one-document adds (ingest)."""
-    lines = []
-    # A system projected in several scale runs is projected once, from its largest point.
-    farthest: dict[str, int] = {}
-    for path in folder.glob("bench_*.json"):
-        for system, pro in json.loads(path.read_text()).get("scale", {}).get("projected", {}).items():
-            farthest[system] = max(farthest.get(system, 0), pro["from_documents"])
-    for path in sorted(folder.glob("bench_*.json")):
-        result = json.loads(path.read_text())
-        if result.get("unfinished"):
-            raise ValueError(f"{path} is an unfinished bench run (killed, failed or still running): re-run its command")
-        threads = result.get("threads") or result.get("scale", {}).get("threads") or result.get("cpu_threads")
-        head = cited(f"`eval/results/scoreboard/{path.name}`, commit {result['versions'].get('git')}, "
-                     f"{threads} thread{'s' if threads != 1 else ''}:", result["command"])
-        if result.get("systems"):
-            # The whole-document variants (window=0) stay in the JSON: the scoreboard shows the default search.
-            shown = {n: m for n, m in result["systems"].items() if m.get("window") != 0}
-            gpus = sorted({m["device"] for m in shown.values() if m.get("device", "cpu") != "cpu"})
-            title = f"on {', '.join(gpus)} beside its peers" if gpus else "stores at one thread"
-            lines += [f"### SciFact `tokens`, {title}", "", *head,
-                      _row(["system", "factory", "nDCG@10", "B/vec all in", "p50 ms", "p95 ms"]), "|" + "---|" * 6]
-            for name, m in shown.items():
-                label = f"{name} (store={m.get('store')}, the --index)" if name == "propdex" else name
-                lines.append(_row([label, m.get("factory", ""), _f(m["nDCG@10"], scale=100), _f(m["bytes_per_vector"], 1),
-                                   _f(m["p50_ms"], 1), _f(m["p95_ms"], 1)]))
-            if exact := result.get("exact"):
-                lines.append(_row(["exact float32 MaxSim (one blocked scan)", "", _f(exact["nDCG@10"], scale=100),
-                                   _f(exact["bytes_per_vector"], 0), f"{exact['scan_ms_per_query']} a query (scan)", ""]))
-            lines.append("")
-            if gpus:
-                lines.append("- Query encoding and stage 2 on the GPU for propdex, stage 1 on FAISS's CPU index; exact MaxSim on the CPU.")
-            lines += [f"- `{peer}` failed: {why}" for peer, why in result.get("failed", {}).items()]
-            codes = next((m for m in shown.values() if m.get("store") == "codes"), None)
-            for name, m in shown.items():
-                if codes and m.get("store") == "binary":
-                    lines.append(f"- `{name}`: p50 {m['p50_ms'] / codes['p50_ms']:.2f}x the default codes' in the same run, "
-                                 f"nDCG@10 {100 * (m['nDCG@10'] - codes['nDCG@10']):+.2f}, at "
-                                 f"{m['bytes_per_vector'] / codes['bytes_per_vector']:.2f}x the bytes.")
-            lines.append("")
-        if curve := result.get("scale"):
-            again = {(p["encoder"], p["documents"]): SUPERSEDED[key] for p in curve["points"]
-                     if (key := (path.name, p["encoder"], p["documents"])) in SUPERSEDED}
-            for (system, docs), (later, why) in again.items():
-                if not any((p["encoder"], p["documents"]) == (system, docs) for p in _scale_points(folder / later)):
-                    raise ValueError(f"{path.name}: {system} at {docs:,} documents is said to be measured again in {later}, "
-                                     f"which has no such point")
-            curve = {**curve, "points": [p for p in curve["points"] if (p["encoder"], p["documents"]) not in again]}
-            systems = list(dict.fromkeys(p["encoder"] for p in curve["points"]))
-            lines += [f"### Scale at one thread ({', '.join(f'`{s}`' for s in systems)}, Wikipedia extract)",
-                      "", *head, _row(["system", "documents", "vectors", "factory", "B/vec all in", "p50 ms", "p95 ms",
-                                       "encode / stage 1 / stage 2 / aggregate ms", "search RSS MB"]), "|" + "---|" * 9]
-            for p in curve["points"]:
-                stages = p.get("stages_ms", {})
-                lines.append(_row([f"`{p['encoder']}`", f"{p['documents']:,}", f"{p['vectors']:,}", p["factory"],
-                                   _f(p["bytes_per_vector"], 1), _f(p["p50_ms"], 1), _f(p["p95_ms"], 1),
-                                   " / ".join(_f(stages.get(k), 1) for k in ("encode", "stage 1", "stage 2", "aggregate")),
-                                   _f(p.get("search_rss_mb"), 0)]))
-            lines += ["", f"- {curve['queries']} HotpotQA-600 questions one at a time; every point is built with the same "
-                          f"settings (`--training full` where a codec is trained), so a system's points differ only in size"
-                          + "".join(f"; `{system}` at {docs:,} documents was measured again after {why}, in `{later}`"
-                                    for (system, docs), (later, why) in again.items()) + "."]
-            for system in systems:
-                points = [p for p in curve["points"] if p["encoder"] == system]
-                small, large = min(points, key=lambda p: p["documents"]), max(points, key=lambda p: p["documents"])
-                if large is not small:
-                    ratio = large["p50_ms"] / small["p50_ms"]
-                    line = f"- `{system}`: p50 at {large['documents']:,} documents {ratio:.2f}x the p50 at {small['documents']:,}"
-                    docs, ms, times = SCALE_GOAL
-                    smaller_again = any(d < small["documents"] for s, d in again if s == system)
-                    if large["documents"] >= docs and smaller_again:  # the goal's ratio is to a point of another run
-                        line += f"; goal at most {ms:.0f} ms: " + ("met" if large["p50_ms"] <= ms else f"not met ({large['p50_ms'] - ms:+.1f} ms)")
-                    elif large["documents"] >= docs:
-                        over = [f"{large['p50_ms'] - ms:+.1f} ms"] * (large["p50_ms"] > ms) + [f"{ratio:.2f}x"] * (ratio > times)
-                        line += f"; goal at most {ms:.0f} ms and {times}x: " + (f"not met ({', '.join(over)})" if over else "met")
-                    lines.append(line + ".")
-                if (pro := curve.get("projected", {}).get(system)) and pro["from_documents"] >= farthest.get(system, 0):
-                    text_kb = large["text_bytes"] / large["documents"] / 1e3
-                    lines.append(f"- `{system}` projected from {pro['from_documents']:,} to {pro['documents']:,} documents like "
-                                 f"them ({text_kb:.1f} kB of text each): {pro['vectors'] / 1e6:,.0f}M vectors, "
-                                 f"{pro['bytes_all_in_gb']:,.1f} GB all in; {pro['per_text_gb']['bytes_all_in_gb']} GB a GB of text.")
-            lines.append("")
-        if ingest := result.get("ingest"):
-            add = ingest["add_commit_ms"]
-            lines += ["### Serving under ingestion", "", *head,
-                      f"- One-document adds to a living index of {ingest['documents']:,} documents, {ingest['text']}: commit "
-                      f"p50 {add['p50_ms']} ms, p95 {add['p95_ms']} ms, max {add['max_ms']} ms over {ingest['adds']} adds; "
-                      f"a BM25 rebuild over the same documents (what each add cost before BM25 segments) takes "
-                      f"{ingest['bm25_rebuild_ms']:,.0f} ms. Shards {ingest['shards_before']} before the adds, "
-                      f"{ingest['shards_after']} after (the merge policy); BM25 finds {ingest['added_found_by_bm25']} of the "
-                      f"{ingest['adds']} added documents by their own text.", "", *serving(folder)]
-    return lines
-
-
-def _scale_points(path: Path) -> list[dict[str, Any]]:
-    return json.loads(path.read_text()).get("scale", {}).get("points", []) if path.is_file() else []
-
-
-def serving(folder: Path = RESULTS) -> list[str]:
-    """`propdex loadtest --baseline`'s report: a served index grown one document
-    at a time against a bulk build of the same documents."""
-    result = load("loadtest_scifact.json", folder)
-    if result is None:
-        return []
-    rest = result["at_rest"]
-    return [*cited(f"`eval/results/scoreboard/loadtest_scifact.json`, commit {result.get('versions', {}).get('git')}, written by "
-                   "`eval/results/scoreboard/loadtest_scifact.sh` (it builds both indexes, serves them and runs):", result["command"]),
-            f"- {result['adds']:,} SciFact abstracts added one request at a time to a served index of the other 3,183 while "
-            f"{result['clients']} clients sent {result['searches']:,} searches (p50 {result['p50_ms']} ms, p95 {result['p95_ms']} ms "
-            f"during the adds; {result['n_errors']} errors): {len(result['lost'])} added documents lost, {result['shards']} shards "
-            f"at the end. At rest, the same searches: p95 {rest['grown']['p95_ms']} ms on the grown index against "
-            f"{rest['baseline']['p95_ms']} ms on the bulk build ({rest['p95_ratio']}x; p50 {rest['grown']['p50_ms']} against "
-            f"{rest['baseline']['p50_ms']}); BM25's top 10 differs on {len(result['bm25_differences'])} of "
-            f"{result['bm25_queries']} queries.", *wheel_install(folder), ""]
-
-
-def wheel_install(folder: Path = RESULTS) -> list[str]:
-    """The wheel installed in a fresh venv outside the repository, and the README's notes example run there."""
-    w = load("wheel_install.json", folder)
-    if w is None:
-        return []
-    built = w["built_from_source"]
-    return [f"- The wheel outside the repository (`{w['command']}`, commit {w['versions']['git']}): {w['wheel']}, "
-            f"{w['wheel_mb']} MB with {w['shipped_weights']} shipped weight files, installed in a fresh venv with "
-            f"{len(built)} packages built from source{' (' + ', '.join(built) + ')' if built else ''}; the README's notes "
-            f"example's best sentence, from the command line: \"{w['cli_top']}\"; from Python: \"{w['python_top']}\""]
-
-
 def agreement(folder: Path = RESULTS) -> list[str]:
     lines = []
     for name in AGREEMENT:
@@ -409,9 +257,9 @@ def agreement(folder: Path = RESULTS) -> list[str]:
         lines += [f"`eval/results/scoreboard/{name}` ({result['task']}, commit {result['versions'].get('git')}):", ""]
         metrics = list(next(iter(result["systems"].values()))["eval"])
         head = ["system", *(f"{m} eval / run" for m in metrics)]
-        lines += [_row(head), "|" + "---|" * len(head)]
+        lines += [row(head), "|" + "---|" * len(head)]
         for system, s in result["systems"].items():
-            lines.append(_row([system, *(f"{100 * s['eval'][m]:.2f} / {100 * s['run'][m]:.2f}" for m in metrics)]))
+            lines.append(row([system, *(f"{100 * s['eval'][m]:.2f} / {100 * s['run'][m]:.2f}" for m in metrics)]))
         lines += ["", "```bash", *(s["search_command"] for s in result["systems"].values()), "```", ""]
     return lines
 

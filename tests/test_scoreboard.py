@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from propdex.eval import scoreboard
+from propdex.eval import bench_board, scoreboard
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +55,7 @@ def test_a_scale_curve_of_two_systems_compares_each_with_its_own_smallest_point(
     curve = {"queries": 5, "threads": 1, "points": [point("tokens", 10, 100.0), point("tokens", 100, 80.0),
                                                     point("tokens:store=binary", 10, 20.0), point("tokens:store=binary", 100, 40.0)]}
     (tmp_path / "bench_scale_x.json").write_text(json.dumps({"command": "propdex bench", "versions": {"git": "abc"}, "scale": curve}))
-    lines = scoreboard.bench_tables(folder=tmp_path)
+    lines = bench_board.bench_tables(folder=tmp_path)
     assert "### Scale at one thread (`tokens`, `tokens:store=binary`, Wikipedia extract)" in lines
     assert "- `tokens`: p50 at 6,510 documents 0.80x the p50 at 10; goal at most 60 ms and 1.5x: not met (+20.0 ms)." in lines
     assert "- `tokens:store=binary`: p50 at 6,510 documents 2.00x the p50 at 10; goal at most 60 ms and 1.5x: not met (2.00x)." in lines
@@ -76,19 +76,19 @@ def test_a_side_by_side_run_on_a_gpu_is_titled_by_its_device_and_names_a_failed_
            "systems": {"propdex": system("NVIDIA H200 (CUDA 13.0)"), "propdex:window=0": system("NVIDIA H200 (CUDA 13.0)", window=0)},
            "failed": {"fast-plaid": "bench: fast-plaid failed under python3 (exit 1): ImportError: undefined symbol"}}
     (tmp_path / "bench_gpu.json").write_text(json.dumps(run))
-    lines = scoreboard.bench_tables(folder=tmp_path)
+    lines = bench_board.bench_tables(folder=tmp_path)
     assert "### SciFact `tokens`, on NVIDIA H200 (CUDA 13.0) beside its peers" in lines
     assert "- `fast-plaid` failed: bench: fast-plaid failed under python3 (exit 1): ImportError: undefined symbol" in lines
     assert sum(line.startswith("| propdex") for line in lines) == 1  # the whole-document variant stays in the JSON
     run["systems"] = {"propdex": system("cpu")}
     del run["failed"]
     (tmp_path / "bench_gpu.json").write_text(json.dumps(run))
-    lines = scoreboard.bench_tables(folder=tmp_path)
+    lines = bench_board.bench_tables(folder=tmp_path)
     assert "### SciFact `tokens`, stores at one thread" in lines and not any("failed" in line for line in lines)
     # What a killed run left on disk is not a scoreboard figure.
     (tmp_path / "bench_gpu.json").write_text(json.dumps(run | {"unfinished": True}))
     with pytest.raises(ValueError, match="unfinished bench run"):
-        scoreboard.bench_tables(folder=tmp_path)
+        bench_board.bench_tables(folder=tmp_path)
 
 
 def test_a_scale_point_measured_again_is_shown_from_the_later_run_only(tmp_path, monkeypatch):
@@ -107,11 +107,11 @@ def test_a_scale_point_measured_again_is_shown_from_the_later_run_only(tmp_path,
 
     write("bench_scale_a.json", [point("bin", 100, 20.0), point("bin", 1_000, 40.0), point("bin", 6_510, 50.0)])
     write("bench_scale_b.json", [point("bin", 100, 10.0)])
-    monkeypatch.setattr(scoreboard, "SUPERSEDED", {("bench_scale_a.json", "bin", 100): ("bench_scale_b.json", "a change")})
-    lines = scoreboard.bench_tables(folder=tmp_path)
+    monkeypatch.setattr(bench_board, "SUPERSEDED", {("bench_scale_a.json", "bin", 100): ("bench_scale_b.json", "a change")})
+    lines = bench_board.bench_tables(folder=tmp_path)
     assert sum(line.startswith("| `bin` | 100 |") for line in lines) == 1  # from b alone
     assert any(line.endswith("; `bin` at 100 documents was measured again after a change, in `bench_scale_b.json`.") for line in lines)
     assert "- `bin`: p50 at 6,510 documents 1.25x the p50 at 1,000; goal at most 60 ms: met." in lines
     write("bench_scale_b.json", [point("bin", 1_000, 10.0)])
     with pytest.raises(ValueError, match="no such point"):
-        scoreboard.bench_tables(folder=tmp_path)
+        bench_board.bench_tables(folder=tmp_path)
