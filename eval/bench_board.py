@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-from .render import cell, cited, load, row
+from .render import cell, cited, header, load, row
 
 # Scale points a later run measured again, after a change to the search path
 # they take: (file, system, documents) -> (the later file, what changed).
@@ -25,17 +24,17 @@ def bench_tables(folder: Path) -> list[str]:
     one thread (bench_*.json with systems), the scale curve, and
     one-document adds (ingest)."""
     lines = []
+    results = {path.name: json.loads(path.read_text()) for path in sorted(folder.glob("bench_*.json"))}
     # A system projected in several scale runs is projected once, from its largest point.
     farthest: dict[str, int] = {}
-    for path in folder.glob("bench_*.json"):
-        for system, pro in json.loads(path.read_text()).get("scale", {}).get("projected", {}).items():
+    for result in results.values():
+        for system, pro in result.get("scale", {}).get("projected", {}).items():
             farthest[system] = max(farthest.get(system, 0), pro["from_documents"])
-    for path in sorted(folder.glob("bench_*.json")):
-        result = json.loads(path.read_text())
+    for file, result in results.items():
         if result.get("unfinished"):
-            raise ValueError(f"{path} is an unfinished bench run (killed, failed or still running): re-run its command")
+            raise ValueError(f"{folder / file} is an unfinished bench run (killed, failed or still running): re-run its command")
         threads = result.get("threads") or result.get("scale", {}).get("threads") or result.get("cpu_threads")
-        head = cited(f"`eval/results/scoreboard/{path.name}`, commit {result['versions'].get('git')}, "
+        head = cited(f"`eval/results/scoreboard/{file}`, commit {result['versions'].get('git')}, "
                      f"{threads} thread{'s' if threads != 1 else ''}:", result["command"])
         if result.get("systems"):
             # The whole-document variants (window=0) stay in the JSON: the scoreboard shows the default search.
@@ -43,7 +42,7 @@ def bench_tables(folder: Path) -> list[str]:
             gpus = sorted({m["device"] for m in shown.values() if m.get("device", "cpu") != "cpu"})
             title = f"on {', '.join(gpus)} beside its peers" if gpus else "stores at one thread"
             lines += [f"### SciFact `tokens`, {title}", "", *head,
-                      row(["system", "factory", "nDCG@10", "B/vec all in", "p50 ms", "p95 ms"]), "|" + "---|" * 6]
+                      *header(["system", "factory", "nDCG@10", "B/vec all in", "p50 ms", "p95 ms"])]
             for name, m in shown.items():
                 label = f"{name} (store={m.get('store')}, the --index)" if name == "propdex" else name
                 lines.append(row([label, m.get("factory", ""), cell(m["nDCG@10"], scale=100), cell(m["bytes_per_vector"], 1),
@@ -64,16 +63,17 @@ def bench_tables(folder: Path) -> list[str]:
             lines.append("")
         if curve := result.get("scale"):
             again = {(p["encoder"], p["documents"]): SUPERSEDED[key] for p in curve["points"]
-                     if (key := (path.name, p["encoder"], p["documents"])) in SUPERSEDED}
+                     if (key := (file, p["encoder"], p["documents"])) in SUPERSEDED}
             for (system, docs), (later, why) in again.items():
-                if not any((p["encoder"], p["documents"]) == (system, docs) for p in _scale_points(folder / later)):
-                    raise ValueError(f"{path.name}: {system} at {docs:,} documents is said to be measured again in {later}, "
+                later_points = results.get(later, {}).get("scale", {}).get("points", [])
+                if not any((p["encoder"], p["documents"]) == (system, docs) for p in later_points):
+                    raise ValueError(f"{file}: {system} at {docs:,} documents is said to be measured again in {later}, "
                                      f"which has no such point")
             curve = {**curve, "points": [p for p in curve["points"] if (p["encoder"], p["documents"]) not in again]}
             systems = list(dict.fromkeys(p["encoder"] for p in curve["points"]))
             lines += [f"### Scale at one thread ({', '.join(f'`{s}`' for s in systems)}, Wikipedia extract)",
-                      "", *head, row(["system", "documents", "vectors", "factory", "B/vec all in", "p50 ms", "p95 ms",
-                                       "encode / stage 1 / stage 2 / aggregate ms", "search RSS MB"]), "|" + "---|" * 9]
+                      "", *head, *header(["system", "documents", "vectors", "factory", "B/vec all in", "p50 ms", "p95 ms",
+                                            "encode / stage 1 / stage 2 / aggregate ms", "search RSS MB"])]
             for p in curve["points"]:
                 stages = p.get("stages_ms", {})
                 lines.append(row([f"`{p['encoder']}`", f"{p['documents']:,}", f"{p['vectors']:,}", p["factory"],
@@ -114,10 +114,6 @@ def bench_tables(folder: Path) -> list[str]:
                       f"{ingest['shards_after']} after (the merge policy); BM25 finds {ingest['added_found_by_bm25']} of the "
                       f"{ingest['adds']} added documents by their own text.", "", *serving(folder)]
     return lines
-
-
-def _scale_points(path: Path) -> list[dict[str, Any]]:
-    return json.loads(path.read_text()).get("scale", {}).get("points", []) if path.is_file() else []
 
 
 def serving(folder: Path) -> list[str]:

@@ -18,13 +18,13 @@ def markdown(result: dict[str, Any]) -> str:
     systems = result["systems"]
     names = list(next(iter(systems.values()))["metrics"])
     head = ["system", *names, "vec/doc", "B/vec (index)", "B/vec (all in)", "encode s", "p50 ms", "p95 ms"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = header(head)
     for name, s in systems.items():
         cells = [name, *(f"{100 * s['metrics'][m]:.2f}" for m in names)]
         cells += [cell(s.get("vectors_per_doc"), 1), cell(s.get("bytes_per_vector"), 1),
                   cell(s.get("all_in_bytes_per_vector"), 1), cell(s.get("encode_s"), 1) + (" (shared)" if s.get("encode_shared") else "")]
         cells += [cell(s["latency_ms_p50"], 1), cell(s["latency_ms_p95"], 1)]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(row(cells))
     if top1 := {name: s["top1"] for name, s in systems.items() if "top1" in s}:
         lines += ["", top1_markdown(top1)]
     if contexts := {name: s["context"] for name, s in systems.items() if "context" in s}:
@@ -36,10 +36,10 @@ def context_markdown(contexts: dict[str, dict[str, Any]]) -> str:
     """Answer and supporting-fact recall of the packed contexts, per budget."""
     budgets = sorted(int(k.split("@")[1]) for k in next(iter(contexts.values())) if k.startswith("answer@") and k.split("@")[1].isdigit())
     head = ["system", *(f"answer@{w}" for w in budgets), *(f"support@{w}" for w in budgets)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = header(head)
     for name, c in contexts.items():
         cells = [f"{100 * c[f'answer@{w}']:.2f}" for w in budgets] + [f"{100 * c[f'support@{w}']:.2f}" for w in budgets]
-        lines.append("| " + " | ".join([name, *cells]) + " |")
+        lines.append(row([name, *cells]))
     return "\n".join(lines)
 
 
@@ -48,13 +48,13 @@ def top1_markdown(top1: dict[str, dict[str, int]]) -> str:
     come from, and P@1 once the query's own sentence is passed over."""
     head = ["system", "top-1: gold", "sibling", "query's document", "gold's sentence", "gold's document", "other",
             "P@1 past siblings", "siblings holding the query"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = header(head)
     for name, counts in top1.items():
         past = counts.get("gold_past_siblings")  # absent from older results files
         share = None if past is None else 100 * past / sum(counts[o] for o in TOP1_ORIGINS)
         holding = counts.get("sibling_contains_query")  # absent from older results files
         cells = [name, *(str(counts[o]) for o in TOP1_ORIGINS), cell(share, 2), "–" if holding is None else str(holding)]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(row(cells))
     return "\n".join(lines)
 
 
@@ -65,6 +65,11 @@ def cell(value: float | None, digits: int = 2, scale: float = 1.0) -> str:
 
 def row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
+
+
+def header(cells: Sequence[str]) -> list[str]:
+    """A table's head row and the rule under it."""
+    return [row(cells), "|" + "---|" * len(cells)]
 
 
 def cited(source: str, command: str) -> list[str]:

@@ -25,7 +25,7 @@ from propdex.encoders.hashing import METHODS
 from propdex.indexer.settings import IndexSettings
 
 from .bench_board import bench_tables
-from .render import cell, cited, load, row
+from .render import cell, cited, header, load, row
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "eval" / "results" / "scoreboard"
@@ -88,7 +88,7 @@ def provenance(result: dict[str, Any], name: str) -> list[str]:
 
 def table(result: dict[str, Any], metrics: Sequence[str]) -> list[str]:
     head = ["system", *metrics, "vec/doc", "B/vec all in", "encode s", "p50 ms"]
-    lines = [row(head), "|" + "---|" * len(head)]
+    lines = header(head)
     for name, s in result["systems"].items():
         encode = "–" if s.get("encode_s") is None else ("shared" if s.get("encode_shared") else cell(s["encode_s"], 0))
         lines.append(row([name, *(cell(s["metrics"].get(m), 2, 100) for m in metrics), cell(s.get("vectors_per_doc"), 1),
@@ -101,7 +101,7 @@ def headline(folder: Path = RESULTS) -> list[str]:
     scifact, hotpot, sentence = (runs(n, folder) for n in ("scifact", "hotpotqa", "hotpotqa_sentence"))
     head = ["system", "SciFact nDCG@10", "HotpotQA R@10", "HotpotQA AllGold@10", "HotpotQA sentence R@10",
             "vec/doc (SciFact)", "B/vec all in", "p50 ms (SciFact)"]
-    lines = [row(head), "|" + "---|" * len(head)]
+    lines = header(head)
 
     def get(result: dict[str, Any] | None, system: str, key: str, metric: bool = True) -> float | None:
         s = (result or {}).get("systems", {}).get(system)
@@ -176,7 +176,7 @@ def contexts(folder: Path = RESULTS) -> list[str]:
     head = ["system", "level", *(f"answer@{w}" for w in BUDGETS), *(f"support@{w}" for w in BUDGETS)]
     lines = [f"From {files} (the `--words 50,100,200,500` of their commands). answer@l: the gold answer, normalised as",
              "HotpotQA's script does, is in the first l words (yes/no questions left out); support@l: the share of supporting",
-             "sentences held whole. The packing is `Index.context`'s.", "", row(head), "|" + "---|" * len(head)]
+             "sentences held whole. The packing is `Index.context`'s.", "", *header(head)]
     for system, level, c in rows:
         lines.append(row([system, level, *(cell(c.get(f"answer@{w}"), 2, 100) for w in BUDGETS),
                            *(cell(c.get(f"support@{w}"), 2, 100) for w in BUDGETS)]))
@@ -257,7 +257,7 @@ def agreement(folder: Path = RESULTS) -> list[str]:
         lines += [f"`eval/results/scoreboard/{name}` ({result['task']}, commit {result['versions'].get('git')}):", ""]
         metrics = list(next(iter(result["systems"].values()))["eval"])
         head = ["system", *(f"{m} eval / run" for m in metrics)]
-        lines += [row(head), "|" + "---|" * len(head)]
+        lines += header(head)
         for system, s in result["systems"].items():
             lines.append(row([system, *(f"{100 * s['eval'][m]:.2f} / {100 * s['run'][m]:.2f}" for m in metrics)]))
         lines += ["", "```bash", *(s["search_command"] for s in result["systems"].values()), "```", ""]

@@ -14,6 +14,8 @@ from propdex.encoders import WEIGHTS
 from propdex.encoders.segment import ClauseSplitter, PairSegmenter, Segmenter, segmentation_prf
 from propdex.encoders.training.data import propsegment_sentences
 
+from .render import header, row
+
 THETAS = (0.8, 0.5)
 
 
@@ -46,9 +48,9 @@ def evaluate_segmentation(path: str | Path, systems: list[str], split: str = "de
 
 def markdown(result: dict[str, Any]) -> str:
     head = ["segmenter", "props", *(f"{m}@{t}" for t in THETAS for m in ("P", "R", "F1"))]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = header(head)
     for name, s in result["systems"].items():
         cells = [name, str(s["n_pred"])]
         cells += [f"{100 * s[f'theta={t}'][m]:.2f}" for t in THETAS for m in ("precision", "recall", "f1")]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(row(cells))
     return "\n".join(lines)

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from propdex.encoders.hashing import FITTED, METHODS, HashCodec, sign_table, check_bits, initial, learned_name, load_learned, lsh, pca, signs
+from propdex.encoders.hashing import FITTED, METHODS, HashCodec, check_bits, initial, learned_name, load_learned, lsh, pca, sign_table, signs
 
 from .factory import _lists, list_bytes
 from .faiss_setup import apply_threads, faiss
