@@ -19,7 +19,7 @@ import numpy as np
 from propdex.encoders import encoder_from_config
 from propdex.indexer.build import peak_rss_mb
 from propdex.indexer.manifest import read_manifest
-from propdex.indexer.store import ShardStore, read_deleted
+from propdex.indexer.store import ShardStore, listed_store, read_deleted
 from propdex.retriever.scoring import top_k
 
 from .measures import latency, quality_and_latency, torch_sync
@@ -59,7 +59,7 @@ def exact_rankings(index: Path, query_vectors: list[np.ndarray], depth: int, bud
     manifest = read_manifest(index)
     ranked: list[list[tuple[float, str]]] = [[] for _ in query_vectors]
     for s in manifest["shards"]:
-        store = ShardStore(index / s["name"])
+        store = listed_store(index, s)
         try:
             live = np.ones(len(store), bool)
             if s.get("deleted"):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from propdex.indexer.store import ShardStore
+from propdex.indexer.store import ShardStore, listed_store
 
 from .measures import torch_sync
 
@@ -27,7 +27,7 @@ def float16_stores(index: Path, manifest: dict[str, Any], peer: str) -> list[Sha
     keeps its vectors and none has deletions: a peer is built from them all."""
     if any(s.get("deleted") for s in manifest["shards"]):
         raise ValueError(f"{index}: {peer} reads every document's vectors and this index has deletions; compact it first")
-    stores = [ShardStore(index / s["name"]) for s in manifest["shards"]]
+    stores = [listed_store(index, s) for s in manifest["shards"]]
     if not all(st.has_vectors for st in stores):
         for st in stores:
             st.close()

@@ -83,7 +83,7 @@ class Transaction:
         )
 
     def store(self, shard: Shard) -> ShardStore:
-        return ShardStore(self.out / shard.name)
+        return ShardStore(self.out / shard.name, shard.stored)
 
     def deleted(self, shard: Shard) -> np.ndarray:
         """The ordinals of the shard's deleted documents."""

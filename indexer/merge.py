@@ -116,7 +116,7 @@ def _no_shared_ids(parts: list[Path], manifests: list[Manifest]) -> None:
     seen: dict[str, Path] = {}
     for path, m in zip(parts, manifests):
         for s in m.shards:
-            store = ShardStore(path / s.name)
+            store = ShardStore(path / s.name, s.stored)
             try:
                 for doc_id in store.doc_ids():
                     if doc_id in seen:

@@ -29,9 +29,10 @@ import json
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import numpy as np
@@ -277,13 +278,23 @@ def _close_env(env: lmdb.Environment) -> None:
 Decoder = Callable[[np.ndarray], np.ndarray]  # vector ids -> float32 (n, dim)
 
 
+def listed_store(index: Path, entry: Mapping[str, Any]) -> "ShardStore":
+    """The store of the shard a committed manifest entry (raw) lists, as it lists it."""
+    return ShardStore(index / entry["name"], entry.get("stored", VECTORS))
+
+
 class ShardStore:
     """Read access to one shard's store (read-only, safe to share across threads).
 
-    `decoder`, set by whoever opens the shard's ANN index, gives the vectors
-    of a shard that keeps no float16 copy (store="codes"): `ann.decoder`."""
+    `stored` is the float16 file the shard's committed entry lists (None:
+    the shard keeps none, store="codes" or "binary"). A reader goes by the
+    commit, never by what lies in the directory: a writer removes a dropped
+    copy only after committing without it, so a file seen there may vanish
+    before it is read. `decoder`, set by whoever opens the shard's ANN
+    index, gives the vectors of a shard that keeps no float16 copy:
+    `ann.decoder`."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, stored: str | None = VECTORS) -> None:
         self.path = path
         self.env = _open_env(path)
         with self.env.begin() as txn:
@@ -293,8 +304,8 @@ class ShardStore:
         self.dim = int(self.info["dim"])
         self.decoder: Decoder | None = None
         self.decoded_dim = self.dim  # the width of what `decoder` gives (store="binary": its codes' bits)
-        file = path / VECTORS
-        self._array = np.load(file, mmap_mode="r") if file.is_file() and self.info["vectors"] else None
+        file = self._file = path / (stored or VECTORS)
+        self._array = np.load(file, mmap_mode="r") if stored and file.is_file() and self.info["vectors"] else None
         self._legacy = legacy and self._array is None
         if self._array is not None and self._array.shape != (self.info["vectors"], self.dim):
             raise ValueError(f"{file} holds {self._array.shape} vectors, the shard {self.info['vectors']} of dim {self.dim}: the index is damaged")
@@ -383,7 +394,7 @@ class ShardStore:
         The float16 file is read, not mapped: a whole scan (training, adds)
         would otherwise leave every page of it in this process's memory."""
         if self._array is not None:
-            with open(self.path / VECTORS, "rb") as f:
+            with open(self._file, "rb") as f:
                 f.seek(self._array.offset)
                 for start in range(0, len(self._array), rows):
                     n = min(rows, len(self._array) - start)

@@ -24,7 +24,7 @@ from propdex.encoders import Document, encoder_from_config, recorded_config
 from propdex.indexer import ann, binary, integrity, lexical
 from propdex.indexer.decoding import CodesDecoder
 from propdex.indexer.manifest import read_manifest
-from propdex.indexer.store import ShardStore, read_deleted
+from propdex.indexer.store import ShardStore, listed_store, read_deleted
 
 if TYPE_CHECKING:
     from propdex.encoders import Encoder
@@ -185,7 +185,7 @@ class _Codecs:
 
 
 def _open_shard(path: Path, manifest: dict[str, Any], entry: dict[str, Any], mmap: bool, codecs: _Codecs) -> Shard:
-    store = ShardStore(path / entry["name"])
+    store = listed_store(path, entry)
     shard = Shard(entry["name"], store, None)
     try:
         file = path / entry["name"] / entry["index"]

@@ -124,6 +124,23 @@ def test_a_reader_keeps_its_view_while_a_writer_commits(tmp_path, encoder):
     writer.close()
 
 
+def test_a_reader_opens_what_the_commit_lists_not_what_lies_in_the_directory(tmp_path, encoder):
+    """store="codes" drops each new shard's float16 copy after the commit
+    that stops listing it: a reader opening that commit in between must not
+    read the copy (it may vanish under it, as it did under `propdex serve`'s
+    concurrent adds). Here every shard holds such a leftover, unreadable."""
+    index = propdex.Index.create(tmp_path / "i", encoder, shard_docs=4)
+    index.add(_docs(10))
+    before = _ranking(index, QUERIES[1])
+    shards = sorted(tmp_path.glob("i/shard-*"))
+    assert shards and all(not (s / "vectors.f16").exists() for s in shards)
+    for s in shards:
+        (s / "vectors.f16").write_bytes(b"a copy half removed")
+    index.refresh()
+    assert _ranking(index, QUERIES[1]) == before
+    index.close()
+
+
 def test_a_failed_add_commits_nothing_and_leaves_nothing(tmp_path, encoder, monkeypatch):
     index = propdex.Index.create(tmp_path / "i", encoder, shard_docs=4)
     index.add(_docs(6))

@@ -36,13 +36,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+SERVER_LOGS: dict[str, Path] = {}  # url -> the server's stderr, read back when a test fails
+
+
 def _start(directory: Path, *args: str):
     """`propdex serve` on a free loopback port; (process, url) once /healthz answers."""
     port = _free_port()
     env = {**os.environ, "PROPDEX_TOKEN": TOKEN}
-    proc = subprocess.Popen([sys.executable, "-m", "propdex", "serve", str(directory), "--port", str(port), "--device", "cpu", *args],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
+    SERVER_LOGS[url] = directory.parent / f"serve-{port}.log"
+    with open(SERVER_LOGS[url], "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "propdex", "serve", str(directory), "--port", str(port), "--device", "cpu",
+                                 *args], env=env, stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.time() + 120
     while time.time() < deadline:
         try:
@@ -50,10 +55,14 @@ def _start(directory: Path, *args: str):
                 return proc, url
         except httpx.TransportError:
             if proc.poll() is not None:
-                raise RuntimeError(proc.stderr.read().decode())
+                raise RuntimeError(_server_log(url))
             time.sleep(0.2)
     proc.kill()
     raise RuntimeError("the server did not answer /healthz within 120 s")
+
+
+def _server_log(url: str) -> str:
+    return SERVER_LOGS[url].read_text(errors="replace")[-6000:]
 
 
 def _served_index(directory: Path, tiny_dir: Path, n: int) -> Path:
@@ -168,7 +177,7 @@ def test_bad_requests_get_a_4xx_with_one_line(server, request_args, status, mess
 
 def test_no_search_lost_or_wrong_while_documents_are_added(server):
     report = load_test(server, clients=6, requests=60, adds=6, token=TOKEN)
-    assert report["n_errors"] == 0 and report["lost"] == [], report
+    assert report["n_errors"] == 0 and report["lost"] == [], (report, _server_log(server))
     assert report["p50_ms"] > 0 and report["p95_ms"] >= report["p50_ms"]
     assert httpx.get(f"{server}/healthz").json()["documents"] == 66
 

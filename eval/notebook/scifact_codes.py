@@ -9,14 +9,14 @@ from propdex.encoders import encoder_from_config
 from propdex.eval.datasets import load_beir
 from propdex.eval.metrics import beir_metrics, rank_scores
 from propdex.indexer.manifest import read_manifest
-from propdex.indexer.store import ShardStore
+from propdex.indexer.store import listed_store
 
 
 class Claims:
     def __init__(self, index: Path, sample_size: int = 65_536):
         manifest = read_manifest(index)
         [shard] = manifest["shards"]
-        store = ShardStore(index / shard["name"])
+        store = listed_store(index, shard)
         self.x = np.concatenate([b.astype(np.float16) for b in store.iter_vectors(rows=65_536)])
         self.owner = store.doc_of_vectors(np.arange(len(self.x)))
         self.starts = np.flatnonzero(np.r_[True, self.owner[1:] != self.owner[:-1]])
