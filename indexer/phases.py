@@ -196,10 +196,11 @@ def fill(tx: Transaction, shards: list[Shard] | None = None, commit: bool = True
     `commit`: already removed)."""
     m = tx.manifest
     dropped: list[Path] = []
+    # The manifest names the trained file: a re-trained index's is trained-GENERATION.faiss.
     if m.settings.store == "binary":
         trained: object | None = binary.read_codec(tx.out / m.index.trained)
     else:
-        trained = ann.read_faiss(tx.out / TRAINED) if m.index.backend == "faiss" else None
+        trained = ann.read_faiss(tx.out / m.index.trained) if m.index.backend == "faiss" else None
     pending = [s for s in (m.shards if shards is None else shards) if s.index is None]
     for s in tqdm(pending, desc="add", unit="shard", disable=len(pending) < 2):
         _fill_shard(tx, s, trained)

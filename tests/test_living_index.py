@@ -11,13 +11,14 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+import faiss
 import pytest
 from paths import DATA
 
 import propdex
 from propdex.cli import main
 from propdex.encoders import Document, load_encoder
-from propdex.indexer import phases
+from propdex.indexer import ann, phases
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.readers import read_corpus
 from propdex.retriever import Searcher
@@ -585,4 +586,10 @@ def test_an_index_that_outgrew_flat_is_retrained_at_compact(tmp_path, encoder, m
         assert after[0] == before[q][0] and len(set(after) & set(before[q])) >= 4
     assert main(["verify", str(tmp_path / "grown")]) == 0
     assert index.compact()["rewritten"] == 0  # fits now: nothing to re-train
+    for shard in manifest["shards"]:  # each shard was filled through the new codec, not the Flat one it replaced
+        assert faiss.extract_index_ivf(ann.read_faiss(tmp_path / "grown" / shard["name"] / shard["index"])).nlist > 1
+    extra = replace(_docs(51)[50], id="after-retrain")
+    assert index.add([extra])["added"] == 1 and "after-retrain" in index
+    assert index.search(extra.title + " " + extra.text, k=1, bm25=True)[0].doc_id == "after-retrain"
+    assert main(["verify", str(tmp_path / "grown")]) == 0
     index.close()
