@@ -25,7 +25,7 @@ from . import ann, lexical
 from .encoding import Batch
 from .lock import LOCK
 from .manifest import FORMAT_VERSION, MANIFEST, Counts, Manifest, Shard, Timings, library_versions, sha256_file
-from .store import LMDB_DIR, VECTORS, ShardStore, ShardWriter, read_deleted
+from .store import LMDB_DIR, VECTORS, Rows, ShardStore, ShardWriter, read_deleted
 
 TRAINED = "trained.faiss"
 
@@ -50,15 +50,17 @@ class Transaction:
         return max((int(s.name.split("-")[1]) + 1 for s in self.manifest.shards), default=0)
 
     def write_shard(self, number: int, batches: Iterable[Batch], n_inputs: int = 0, skipped: Counter | None = None,
-                    examples: dict | None = None) -> Shard:
+                    examples: dict | None = None, rows: Rows | None = None) -> Shard:
         """Write `batches` into shard `number`, in place but not committed:
         the caller lists the entry returned. A batch is written before the
-        next is made, so a shard's vectors are never in memory together."""
+        next is made, so a shard's vectors are never in memory together.
+        With `rows`, the batches carry the rows of the shard's index file
+        (a binary shard's codes), which the entry lists as its index."""
         started = time.time()
         name = shard_name(number)
         tmp = self.out / f"{name}.tmp"
         remove(tmp)
-        writer = ShardWriter(tmp, self.dim)
+        writer = ShardWriter(tmp, self.dim, rows)
         passages, repaired = 0, Counter()
         try:
             for docs, encoded, read in batches:
@@ -69,18 +71,23 @@ class Transaction:
         finally:
             writer.close()
         tmp.rename(self.out / name)
-        return self._shard_entry(name, info, n_inputs, passages, skipped or Counter(), examples or {}, repaired, started)
+        return self._shard_entry(name, info, n_inputs, passages, skipped or Counter(), examples or {}, repaired, started, rows)
 
     def _shard_entry(self, name: str, info: dict, n_inputs: int, passages: int, skipped: Counter, examples: dict,
-                     repaired: Counter, started: float) -> Shard:
-        lmdb, stored = self.out / name / LMDB_DIR / "data.mdb", self.out / name / VECTORS
-        return Shard(
+                     repaired: Counter, started: float, rows: Rows | None) -> Shard:
+        lmdb, file = self.out / name / LMDB_DIR / "data.mdb", self.out / name / (rows.file if rows else VECTORS)
+        entry = Shard(
             name=name, inputs=n_inputs, docs=info["docs"], sentences=info["sentences"], vectors=info["vectors"],
             passages=passages, skipped=dict(skipped), skipped_examples=examples, repaired=dict(repaired),
             lmdb_sha256=sha256_file(lmdb), lmdb_bytes=lmdb.stat().st_size,
-            stored=VECTORS, stored_sha256=sha256_file(stored), stored_bytes=stored.stat().st_size,
             encode_s=round(time.time() - started, 3), index=None, index_sha256=None,
         )
+        digest, size = sha256_file(file), file.stat().st_size
+        if rows is None:
+            entry.stored, entry.stored_sha256, entry.stored_bytes = VECTORS, digest, size
+        else:
+            entry.index, entry.index_sha256, entry.index_bytes, entry.add_s = rows.file, digest, size, 0.0
+        return entry
 
     def store(self, shard: Shard) -> ShardStore:
         return ShardStore(self.out / shard.name, shard.stored)

@@ -32,7 +32,7 @@ from . import ann, binary, encoding, phases
 from .commit import Transaction, remove
 from .manifest import Shard, Status, sha256_file
 from .readers import Record
-from .store import ShardStore, write_deleted
+from .store import Rows, ShardStore, write_deleted
 
 if TYPE_CHECKING:
     from propdex.encoders import Encoder
@@ -203,11 +203,8 @@ def tier_to_merge(shards: list[Shard], shard_docs: int, factor: int = MERGE_FACT
 
 def merge_tiers(tx: Transaction, titles: bool) -> int:
     """After a commit: merge full tiers of small shards, each merge its own
-    commit, until no tier is full; the shards merged. A binary store keeps
-    only codes, which are not re-encoded: it is left as it is."""
+    commit, until no tier is full; the shards merged."""
     m = tx.manifest
-    if m.index is not None and m.index.hashing:
-        return 0
     merged = 0
     while chosen := tier_to_merge(m.shards, m.settings.shard_docs):
         rewrite_shards(tx, titles, chosen)
@@ -219,15 +216,19 @@ def merge_tiers(tx: Transaction, titles: bool) -> int:
 
 def _rewrite(tx: Transaction, rewrite: list[Shard], live: list[tuple[Shard, int]]) -> list[Shard]:
     """The live documents of `rewrite` written into new shards of shard_docs,
-    from their stored (or decoded) vectors."""
+    from their stored (or decoded) vectors; a binary store's from their
+    codes' rows, copied as they are (its codes cannot be encoded again)."""
     # Every codes shard decodes through one copy of the trained codec: a large
     # codec's quantizer is big, and all the shards to rewrite are open at once.
     codec = functools.cache(lambda: ann.decoding_codec(ann.read_faiss(tx.out / tx.manifest.index.trained)))
     stores = {s.name: _decoding_store(tx, s, codec) for s in rewrite}
     number, size = tx.next_shard(), tx.manifest.settings.shard_docs
+    rows = None
+    if tx.manifest.settings.store == "binary":
+        rows = Rows(binary.BITS_FILE, binary.read_codec(tx.out / tx.manifest.index.trained).row_bytes, "|u1")
     try:
         starts = tqdm(range(0, len(live), size), desc="compact", unit="shard", disable=len(live) <= size)
-        return [tx.write_shard(number + i, _stored(stores, live[start : start + size])) for i, start in enumerate(starts)]
+        return [tx.write_shard(number + i, _stored(stores, live[start : start + size]), rows=rows) for i, start in enumerate(starts)]
     finally:
         for store in stores.values():
             store.close()
@@ -242,7 +243,8 @@ def _stored(stores: dict[str, ShardStore], pairs: list[tuple[Shard, int]]) -> It
             store, ordinals = stores[name], [o for _, o in group]
             for o, (vectors, _) in zip(ordinals, store.vectors(ordinals)):
                 docs.append(store.document(o))
-                encoded.append(Encoded(np.asarray(vectors, dtype=np.float32), store.units(o)))
+                rows = vectors if vectors.dtype == np.uint8 else np.asarray(vectors, dtype=np.float32)  # binary: code rows
+                encoded.append(Encoded(rows, store.units(o)))
         yield docs, encoded, 0
 
 
@@ -263,14 +265,14 @@ def _decoding_store(tx: Transaction, shard: Shard, codec: Callable[[], Any]) -> 
     """A committed shard's store, decoding its index's codes where it keeps no
     vectors (compaction then re-encodes the decoded vectors: store="codes" is
     lossy once more); `codec()` gives the trained codec that standalone codes
-    decode through."""
+    decode through. A binary shard's store gives its codes' rows instead."""
     store = tx.store(shard)
     if not store.has_vectors:
         path = tx.out / shard.name / shard.index
         if binary.holds_bits(path):
-            store.close()
-            raise ValueError(f"{tx.out} keeps binary codes only (store=binary), which cannot be re-encoded: "
-                             f"compacting it is not supported; rebuild it to drop its deleted documents")
+            rows = np.load(path, mmap_mode="r", allow_pickle=False)
+            store.decoder = lambda ids: np.asarray(rows[ids])
+            return store
         norm = tx.manifest.index.vector_norm
         if ann.holds_codes(path):
             store.decoder = ann.decoder(codec(), ann.read_codes(path), norm)

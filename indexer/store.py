@@ -123,25 +123,38 @@ class StoredDoc:
     unit_sentences: np.ndarray  # int32 (n, 2)
 
 
+@dataclass(frozen=True)
+class Rows:
+    """The array a shard writer appends each vector's row to: the float16
+    copy by default; a binary shard merged from others takes its codes'
+    rows as they are (they cannot be encoded again), in its index file."""
+
+    file: str
+    width: int
+    dtype: str
+
+
 class ShardWriter:
     """A shard store written a batch of documents at a time, so that a
     shard's vectors and unit records are never in memory all at once: each
     `add` commits its documents to LMDB and appends their rows to the float16
-    array, and `finish` writes what needs the whole shard (offsets, info,
-    the metadata postings, the array's final shape), then syncs.
+    array (or the `rows` given), and `finish` writes what needs the whole
+    shard (offsets, info, the metadata postings, the array's final shape),
+    then syncs.
 
     The shard is whole only after `finish`; the caller writes it in a fresh
     directory aside (`<name>.tmp`) and renames it into place, so a killed
     build never leaves a shard half-written where a manifest could list it."""
 
-    def __init__(self, path: Path, dim: int) -> None:
+    def __init__(self, path: Path, dim: int, rows: Rows | None = None) -> None:
         path.mkdir(parents=True)
         self.path, self.dim = path, dim
         self.env = lmdb.open(str(path / LMDB_DIR), map_size=64 << 20, subdir=True, lock=False)
         self.offsets = [0]
         self.sentences = 0
         self.by_value: dict[bytes, list[int]] = {}
-        self.vectors = RowWriter(path / VECTORS, dim, "<f2")
+        self.rows = rows or Rows(VECTORS, dim, "<f2")
+        self.vectors = RowWriter(path / self.rows.file, self.rows.width, self.rows.dtype)
 
     def add(self, docs: Sequence[Document], encoded: Sequence[Encoded]) -> None:
         self._reserve(sum(len(d.text) * 4 + 8 * len(json.dumps(dict(d.metadata), ensure_ascii=False)) + e.vectors.shape[0] * 64

@@ -14,9 +14,11 @@ import propdex
 from propdex.encoders import load_encoder
 from propdex.encoders.hashing import initial, load_learned, lsh, pack, pca, signs
 from propdex.encoders.training.hashing import aligned_views, l_max, neighbour_recall, rank_loss, wiki_documents
-from propdex.indexer import binary
+from propdex.cli import main
+from propdex.indexer import binary, living
 from propdex.indexer.manifest import read_manifest
 from propdex.indexer.readers import read_corpus
+from propdex.indexer.store import listed_store, read_deleted
 
 SCIFACT = DATA / "beir" / "scifact" / "corpus.jsonl"
 WIKI = DATA / "wikipedia" / "extracted"
@@ -279,6 +281,42 @@ def test_a_binary_index_grows_by_adds(stores, tmp_path, minilm):
     ix.add(docs[:20])
     ix.add(docs[20:])
     assert ix.search(docs[30].text.split(".")[0], k=3)[0].doc_id == docs[30].id
+
+
+def _codes_by_document(index) -> dict[str, bytes]:
+    """Every live document's code rows, as the committed shards hold them."""
+    out = {}
+    for entry in read_manifest(index)["shards"]:
+        store, rows = listed_store(index, entry), np.load(index / entry["name"] / entry["index"])
+        dead = set(read_deleted(index / entry["name"] / entry["deleted"]).tolist()) if entry.get("deleted") else set()
+        for o in range(len(store)):
+            if o not in dead:
+                out[store.document(o).id] = rows[store.offsets[o] : store.offsets[o + 1]].tobytes()
+        store.close()
+    return out
+
+
+def test_a_binary_index_merges_and_compacts_by_copying_its_codes(stores, tmp_path):
+    """Its codes cannot be encoded again, and need not be: merges and compact
+    copy each live document's code rows into the new shards, so search
+    answers as before, scores and all."""
+    docs, encoder, _, _ = stores
+    index = tmp_path / "b"
+    ix = propdex.Index.create(index, encoder, store="binary", bits=64, hashing="lsh", shard_docs=8)
+    ix.add(docs[:8])
+    for d in docs[8:20]:
+        ix.add([d])  # twelve small adds: the merge policy keeps at most three shards a tier
+    assert len(ix.manifest["shards"]) <= 1 + 2 * (living.MERGE_FACTOR - 1)
+    ix.delete([docs[2].id, docs[11].id])
+    queries = [docs[i].text.split(".")[0] for i in (3, 12, 17)]
+    before = [[(h.doc_id, round(h.score, 4)) for h in ix.search(q, k=5)] for q in queries]
+    codes = _codes_by_document(index)
+    assert ix.compact()["removed"] == 2 and len(ix) == 18 and len(ix.manifest["shards"]) == 3
+    assert _codes_by_document(index) == {d: c for d, c in codes.items() if d not in (docs[2].id, docs[11].id)}
+    assert [[(h.doc_id, round(h.score, 4)) for h in ix.search(q, k=5)] for q in queries] == before
+    assert all(s["stored"] is None and s["index"] == binary.BITS_FILE for s in ix.manifest["shards"])
+    ix.close()
+    assert main(["verify", str(index)]) == 0
 
 
 def test_train_hashing_writes_heads_with_their_record(tmp_path, minilm):
