@@ -99,7 +99,11 @@ def create_app(index: Index, token: str | None = None) -> FastAPI:
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
             return _error(413, f"request body over {MAX_BODY_BYTES} bytes")
-        return await call_next(request)
+        try:
+            return await call_next(request)
+        except Exception as e:  # noqa: BLE001 - answered here: a handler of Exception re-raises to uvicorn, which drops the connection
+            log.exception("request failed")
+            return _error(500, f"internal error ({type(e).__name__}); the server log has the details")
 
     @app.exception_handler(Problem)
     async def problem(_: Request, e: Problem) -> JSONResponse:
@@ -118,11 +122,6 @@ def create_app(index: Index, token: str | None = None) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
         return _error(e.status_code, str(e.detail))
-
-    @app.exception_handler(Exception)
-    async def crashed(_: Request, e: Exception) -> JSONResponse:
-        log.exception("request failed")
-        return _error(500, f"internal error ({type(e).__name__}); the server log has the details")
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:

@@ -175,6 +175,43 @@ def test_bad_requests_get_a_4xx_with_one_line(server, request_args, status, mess
     assert isinstance(error, str) and "\n" not in error and "Traceback" not in error and message in error
 
 
+def test_an_unexpected_error_is_a_500_and_the_connection_serves_on(tmp_path, tiny_dir, monkeypatch):
+    """A crash inside a route answers 500 with one line and leaves the
+    keep-alive connection open: a client's next request on it (here
+    pipelined behind the failing one) is answered, not reset."""
+    import threading
+
+    import uvicorn
+
+    from propdex import serve
+
+    def crash(*_, **__):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(serve, "_search", crash)
+    index = propdex.Index.open(_served_index(tmp_path / "idx", tiny_dir, 4), device="cpu")
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(serve.create_app(index), host="127.0.0.1", port=port, log_level="critical"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 60
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+            s.sendall(b"GET /v1/search?q=x HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            seen = b""
+            while seen.count(b"HTTP/1.1 ") < 2 and (chunk := s.recv(65536)):
+                seen += chunk
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        index.close()
+    statuses = [part.split()[0] for part in seen.split(b"HTTP/1.1 ")[1:]]
+    assert statuses == [b"500", b"200"], seen[:500]
+    assert b'"internal error (RuntimeError); the server log has the details"' in seen
+
+
 def test_no_search_lost_or_wrong_while_documents_are_added(server):
     report = load_test(server, clients=6, requests=60, adds=6, token=TOKEN)
     assert report["n_errors"] == 0 and report["lost"] == [], (report, _server_log(server))
