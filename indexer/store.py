@@ -153,8 +153,8 @@ class ShardWriter:
         self.offsets = [0]
         self.sentences = 0
         self.by_value: dict[bytes, list[int]] = {}
-        self.rows = rows or Rows(VECTORS, dim, "<f2")
-        self.vectors = RowWriter(path / self.rows.file, self.rows.width, self.rows.dtype)
+        rows = rows or Rows(VECTORS, dim, "<f2")
+        self.vectors = RowWriter(path / rows.file, rows.width, rows.dtype)
 
     def add(self, docs: Sequence[Document], encoded: Sequence[Encoded]) -> None:
         self._reserve(sum(len(d.text) * 4 + 8 * len(json.dumps(dict(d.metadata), ensure_ascii=False)) + e.vectors.shape[0] * 64
