@@ -85,6 +85,8 @@ def search_params(index: Any, nprobe: int, selector: "faiss.IDSelector | None" =
         params.referenced_objects = [inner]  # SWIG keeps a raw pointer: keep the Python object alive
         return params
     if isinstance(index, faiss.IndexIVF):
+        # At most every list: FAISS's fast-scan IVF sizes its buffers by the nprobe asked for, not the lists it has.
+        nprobe = min(nprobe, int(index.nlist))
         params = faiss.SearchParametersIVF(nprobe=nprobe, sel=selector) if selector is not None else faiss.SearchParametersIVF(nprobe=nprobe)
         graph = quantizer_params(index, nprobe)
         if graph is not None:

@@ -409,6 +409,11 @@ def test_lists_found_through_a_graph_are_all_probed_when_every_list_is_asked():
     exact = np.argsort(-(q @ x.T), axis=1, kind="stable")[:, :20]
     for scores, ids in (ann.search(index, q, 20, EVERY_LIST), ann.search_assigned(index, every, 20)):
         assert (ids == exact).all()
+    fast = ann.make_index("IVF64,PQ16x4fs", 32)  # fast-scan sizes its buffers by nprobe: 2^30 of them would not fit
+    fast.train(x)
+    fast.add(x)
+    assert ann.search_params(fast, EVERY_LIST).nprobe == 64
+    assert (ann.search(fast, q, 20, EVERY_LIST)[1] == ann.search(fast, q, 20, 64)[1]).all()
     ivf = ann.faiss.extract_index_ivf(index)
     near = ann.assign(index, q, 8)
     centroids = ivf.quantizer.reconstruct_n(0, 128)
