@@ -125,7 +125,7 @@ def create_app(index: Index, token: str | None = None) -> FastAPI:
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
-        index.refresh_if_changed()
+        _fresh(index)
         return {"status": "ok", "documents": len(index), "generation": index.manifest.get("generation", 0)}
 
     @app.get("/v1/info")
@@ -152,13 +152,13 @@ def create_app(index: Index, token: str | None = None) -> FastAPI:
     def context(body: ContextRequest) -> dict[str, Any]:
         if not body.query.strip():
             raise Problem(400, "empty query")
-        index.refresh_if_changed()
+        _fresh(index)
         options = body.model_dump(exclude={"query", "words", "level"}, exclude_none=True)
         return {"query": body.query, **index.context(body.query, body.words, body.level, **options).to_json()}
 
     @app.get("/v1/docs/{doc_id}")
     def get_document(doc_id: str) -> dict[str, Any]:
-        index.refresh_if_changed()
+        _fresh(index)
         doc = index.get(doc_id)
         if doc is None:
             raise Problem(404, f"no document {doc_id!r}")
@@ -178,10 +178,21 @@ def create_app(index: Index, token: str | None = None) -> FastAPI:
     return app
 
 
+def _fresh(index: Index) -> None:
+    """Move to the index's latest commit. One that cannot be opened (a
+    damaged index) is the server's fault, not the request's: 503, logged,
+    and tried again by the next request."""
+    try:
+        index.refresh_if_changed()
+    except ValueError as e:
+        log.error("cannot open the latest commit of %s: %s", index.path, e)
+        raise Problem(503, f"the index's latest commit cannot be opened: {str(e).splitlines()[0]}") from None
+
+
 def _search(index: Index, queries: list[str], **options: Any) -> list[list[dict[str, Any]]]:
     if any(not q.strip() for q in queries):
         raise Problem(400, "empty query")
-    index.refresh_if_changed()
+    _fresh(index)
     return [[h.to_json() for h in hits] for hits in index.search_batch(queries, **options)]
 
 

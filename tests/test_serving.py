@@ -212,6 +212,28 @@ def test_an_unexpected_error_is_a_500_and_the_connection_serves_on(tmp_path, tin
     assert b'"internal error (RuntimeError); the server log has the details"' in seen
 
 
+def test_a_commit_that_cannot_be_opened_is_a_503_until_a_good_one_lands(tmp_path, tiny_dir):
+    """A damaged manifest renamed into place is the server's fault: /healthz
+    and the routes answer 503 in one line (a balancer takes the server out)
+    and search again once a good commit is back."""
+    directory = _served_index(tmp_path / "idx", tiny_dir, 8)
+    proc, url = _start(directory)
+    try:
+        good = (directory / "manifest.json").read_bytes()
+        for manifest in (b"{not json", good):
+            (directory / "manifest.tmp").write_bytes(manifest)
+            (directory / "manifest.tmp").rename(directory / "manifest.json")  # as a commit replaces it
+            health, found = httpx.get(f"{url}/healthz"), httpx.get(f"{url}/v1/search", params={"q": "film"})
+            if manifest == good:
+                assert health.status_code == 200 and found.status_code == 200 and found.json()["results"]
+            else:
+                assert health.status_code == found.status_code == 503
+                assert "latest commit cannot be opened" in found.json()["error"] and "\n" not in found.json()["error"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def test_no_search_lost_or_wrong_while_documents_are_added(server):
     report = load_test(server, clients=6, requests=60, adds=6, token=TOKEN)
     assert report["n_errors"] == 0 and report["lost"] == [], (report, _server_log(server))
