@@ -218,14 +218,13 @@ def _rewrite(tx: Transaction, rewrite: list[Shard], live: list[tuple[Shard, int]
     """The live documents of `rewrite` written into new shards of shard_docs,
     from their stored (or decoded) vectors; a binary store's from their
     codes' rows, copied as they are (its codes cannot be encoded again)."""
-    # Every codes shard decodes through one copy of the trained codec: a large
+    # Every shard decodes through one copy of the trained codec: a large
     # codec's quantizer is big, and all the shards to rewrite are open at once.
-    codec = functools.cache(lambda: ann.decoding_codec(ann.read_faiss(tx.out / tx.manifest.index.trained)))
+    trained, hashed = tx.out / tx.manifest.index.trained, tx.manifest.settings.store == "binary"
+    codec = functools.cache(lambda: binary.read_codec(trained) if hashed else ann.decoding_codec(ann.read_faiss(trained)))
     stores = {s.name: _decoding_store(tx, s, codec) for s in rewrite}
     number, size = tx.next_shard(), tx.manifest.settings.shard_docs
-    rows = None
-    if tx.manifest.settings.store == "binary":
-        rows = Rows(binary.BITS_FILE, binary.read_codec(tx.out / tx.manifest.index.trained).row_bytes, "|u1")
+    rows = Rows(binary.BITS_FILE, codec().row_bytes, "|u1") if hashed else None
     try:
         starts = tqdm(range(0, len(live), size), desc="compact", unit="shard", disable=len(live) <= size)
         return [tx.write_shard(number + i, _stored(stores, live[start : start + size]), rows=rows) for i, start in enumerate(starts)]
@@ -265,12 +264,13 @@ def _decoding_store(tx: Transaction, shard: Shard, codec: Callable[[], Any]) -> 
     """A committed shard's store, decoding its index's codes where it keeps no
     vectors (compaction then re-encodes the decoded vectors: store="codes" is
     lossy once more); `codec()` gives the trained codec that standalone codes
-    decode through. A binary shard's store gives its codes' rows instead."""
+    decode through. A binary shard's store gives its codes' rows instead,
+    checked against the codec's width."""
     store = tx.store(shard)
     if not store.has_vectors:
         path = tx.out / shard.name / shard.index
         if binary.holds_bits(path):
-            rows = np.load(path, mmap_mode="r", allow_pickle=False)
+            rows = binary.read_rows(path, codec())
             store.decoder = lambda ids: np.asarray(rows[ids])
             return store
         norm = tx.manifest.index.vector_norm
