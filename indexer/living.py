@@ -220,8 +220,10 @@ def _rewrite(tx: Transaction, rewrite: list[Shard], live: list[tuple[Shard, int]
     codes' rows, copied as they are (its codes cannot be encoded again)."""
     # Every shard decodes through one copy of the trained codec: a large
     # codec's quantizer is big, and all the shards to rewrite are open at once.
-    trained, hashed = tx.out / tx.manifest.index.trained, tx.manifest.settings.store == "binary"
-    codec = functools.cache(lambda: binary.read_codec(trained) if hashed else ann.decoding_codec(ann.read_faiss(trained)))
+    # Flat and HNSW shards hold their own vectors and have no trained file:
+    # the codec is read only when a shard asks for it.
+    hashed = tx.manifest.settings.store == "binary"
+    codec = functools.cache(lambda: _read_codec(tx.out / tx.manifest.index.trained, hashed))
     stores = {s.name: _decoding_store(tx, s, codec) for s in rewrite}
     number, size = tx.next_shard(), tx.manifest.settings.shard_docs
     rows = Rows(binary.BITS_FILE, codec().row_bytes, "|u1") if hashed else None
@@ -231,6 +233,12 @@ def _rewrite(tx: Transaction, rewrite: list[Shard], live: list[tuple[Shard, int]
     finally:
         for store in stores.values():
             store.close()
+
+
+def _read_codec(trained: Path, hashed: bool) -> Any:
+    """The trained codec that standalone shards decode through: a binary
+    index's hashing codec, or the FAISS codec of the codes store."""
+    return binary.read_codec(trained) if hashed else ann.decoding_codec(ann.read_faiss(trained))
 
 
 def _stored(stores: dict[str, ShardStore], pairs: list[tuple[Shard, int]]) -> Iterator[encoding.Batch]:
