@@ -52,9 +52,38 @@ class Document:
     repairs: tuple[str, ...] = field(default=(), compare=False, repr=False)
     metadata: Mapping[str, Any] = field(default_factory=dict, hash=False, repr=False)
 
+    def __post_init__(self) -> None:
+        # Checked at construction, and so by dataclasses.replace: a text
+        # replaced under spans made for another would be cut wrong, or lose
+        # the text no span covers, without a word.
+        problem = _span_problem(self.text, self.sentences, whole=True)
+        if problem:
+            raise ValueError(f"document {self.id!r}: {problem} (sentences=() has the index split the text)")
+        problem = _span_problem(self.text, self.focus, whole=False)
+        if problem:
+            raise ValueError(f"document {self.id!r}: focus {problem}")
+
     def sentence_text(self, i: int) -> str:
         start, end = self.sentences[i]
         return self.text[start:end]
+
+
+def _span_problem(text: str, spans: tuple[Span, ...], whole: bool) -> str:
+    """What is wrong with `spans` over `text`, or "": each span in bounds,
+    sorted and non-overlapping; with `whole`, every non-whitespace character
+    inside one of them (sentences cover the text; a focus need not)."""
+    end = 0
+    for a, b in spans:
+        if not 0 <= a <= b <= len(text):
+            return f"span ({a}, {b}) lies outside its {len(text)}-character text"
+        if a < end:
+            return f"span ({a}, {b}) starts before the previous span ends ({end}): spans must be sorted and not overlap"
+        if whole and text[end:a].strip():
+            return f"characters {end}..{a} ({text[end:a].strip()[:40]!r}) lie in no sentence span"
+        end = b
+    if whole and spans and text[end:].strip():
+        return f"characters {end}..{len(text)} ({text[end:].strip()[:40]!r}) lie in no sentence span"
+    return ""
 
 
 @dataclass(frozen=True, eq=False)

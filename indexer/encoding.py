@@ -10,12 +10,14 @@ import ctypes
 import logging
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from propdex.encoders import Document, Encoded, Passage
+from propdex.encoders.text import split_sentences
 
 from .readers import Record, Skip
 
@@ -89,7 +91,8 @@ def concat(parts: list[Encoded], dim: int) -> Encoded:
 def take(stream: Iterator[Record], want: int, seen: set[str]) -> tuple[list[Document], int, Counter, dict]:
     """Pull records until `want` documents are accepted (or the stream ends):
     (documents, records read, skips by reason, a few examples of each). An id
-    in `seen` is skipped: one id, one document."""
+    in `seen` is skipped: one id, one document. A Document given without
+    sentences gets the readers' split, whichever door it came in by."""
     docs: list[Document] = []
     skipped: Counter[str] = Counter()
     examples: dict[str, list[str]] = {}
@@ -106,7 +109,7 @@ def take(stream: Iterator[Record], want: int, seen: set[str]) -> tuple[list[Docu
             _count_skip(record, skipped, examples)
             continue
         seen.add(record.id)
-        docs.append(record)
+        docs.append(record if record.sentences else replace(record, sentences=tuple(split_sentences(record.text))))
     return docs, n_inputs, skipped, examples
 
 

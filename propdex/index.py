@@ -24,12 +24,11 @@ import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from propdex.encoders import DEFAULT_BACKBONE, Document, encoder_from_config, load_encoder
-from propdex.encoders.text import split_sentences
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.settings import IndexSettings
 from propdex.indexer.manifest import read_manifest
@@ -270,7 +269,7 @@ class Index:
 def _records(documents: Iterable[Mapping[str, Any] | Document]) -> Iterable[Record]:
     for i, doc in enumerate(documents):
         if isinstance(doc, Document):
-            yield doc if doc.sentences else replace(doc, sentences=tuple(split_sentences(doc.text)))
+            yield doc  # the writer splits one given without sentences
         elif isinstance(doc, Mapping):
             yield record_from_dict(dict(doc), f"document {i}")
         elif isinstance(doc, Skip):  # `read_corpus` says what it could not read; the writer counts it

@@ -1,4 +1,5 @@
 import dataclasses
+import re
 import threading
 
 import numpy as np
@@ -204,3 +205,33 @@ def test_minilm_single_ranks_a_paraphrase_above_an_unrelated_sentence(minilm):
     a, b, c = (e.vectors[0] for e in enc.encode_queries([
         "A man is playing a guitar.", "Someone plays an acoustic guitar.", "The stock market fell sharply today."]))
     assert a @ b > a @ c + 0.3
+
+
+@pytest.mark.parametrize(
+    "text, sentences, focus, problem",
+    [
+        ("Short.", ((0, 31),), (), "outside its 6-character text"),
+        (DOC.text, ((32, 56), (0, 31)), (), "lie in no sentence span"),
+        (DOC.text, ((0, 31), (20, 56), (57, 99)), (), "starts before the previous span ends"),
+        (DOC.text + " Lost text.", DOC.sentences, (), "'Lost text.') lie in no sentence span"),
+        (DOC.text, DOC.sentences, ((0, 5), (200, 201)), "outside its 99-character text"),
+    ],
+)
+def test_a_document_refuses_spans_that_do_not_fit_its_text(text, sentences, focus, problem):
+    """Sentence spans must be sorted, in bounds and cover every non-blank
+    character (else text is cut wrong or dropped); a focus need not cover."""
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        Document("d1", text, "Paris", sentences, focus)
+    Document("d1", DOC.text, "Paris", DOC.sentences, ((0, 5), (40, 44)))  # a focus covers what it likes
+    Document("d1", " Paris is. ", "", ((1, 10), (11, 11)))  # an empty sentence at the end, as HotpotQA has
+
+
+def test_replacing_a_documents_text_under_its_spans_is_an_error_and_a_reader_skips_such_a_record():
+    with pytest.raises(ValueError, match="document 'd1': span"):
+        dataclasses.replace(DOC, text="Paris is the capital of France.")
+    from propdex.indexer.readers.base import Skip, document
+
+    skip = document("d2", "One. Two.", "T", "file.jsonl:3", 1000, sentences=[(0, 4), (5, 30)])
+    assert isinstance(skip, Skip) and skip.reason == "bad_sentences" and skip.source == "file.jsonl:3"
+    assert "9-character text" in skip.detail
+    assert isinstance(document("d2", "One. Two.", "T", "file.jsonl:3", 1000, sentences=[(0, 4), (5, 9)]), Document)

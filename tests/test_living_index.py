@@ -46,7 +46,7 @@ def encoder(tiny):
 
 def test_add_update_delete_compact_equal_a_fresh_build_of_the_result(tmp_path, encoder):
     docs = _docs(30)
-    changed = replace(docs[5], text="Vitamin D deficiency is common in northern countries. " + docs[5].text)
+    changed = replace(docs[5], text="Vitamin D deficiency is common in northern countries. " + docs[5].text, sentences=())
     index = propdex.Index.create(tmp_path / "live", encoder, shard_docs=8)
     assert len(index) == 0 and index.search("anything") == []
     assert index.add(docs[:20])["added"] == 20

@@ -32,7 +32,8 @@ class Skip:
     `reason` is a slug: "empty", "invalid_utf8", "malformed_json",
     "missing_field", "truncated_bz2" (any truncated or corrupt compressed
     stream, bz2 or gzip), "malformed_xml" (one page of a MediaWiki dump),
-    "too_large", "bad_id" (a lone surrogate, or more than
+    "too_large", "bad_sentences" (spans a format gave that do not fit the
+    text), "bad_id" (a lone surrogate, or more than
     MAX_ID_BYTES bytes: LMDB keys hold 511), "redirect", "namespace" or
     "unreadable" (a file that cannot be opened or parsed as a whole). `source` is
     "path:line" for line-based formats, "path#id" for records with an id, or
@@ -84,7 +85,10 @@ def document(
         log.warning("%s: lone surrogates in the text or title replaced by U+FFFD", source)
         text, title, repairs = _repair(text), _repair(title), ("lone_surrogates",)
     spans = split_sentences(text) if sentences is None else sentences
-    return Document(doc_id, text, title, tuple(spans), source=source, repairs=repairs, metadata=metadata or {})
+    try:
+        return Document(doc_id, text, title, tuple(spans), source=source, repairs=repairs, metadata=metadata or {})
+    except ValueError as e:  # sentence spans a format gave that do not fit its text
+        return Skip("bad_sentences", source, str(e))
 
 
 def _utf8(text: str) -> bool:
