@@ -71,8 +71,8 @@ def run(tx: Transaction, encoder: "Encoder", records: Iterable[Record], limit: i
         m.status = Status.COMPLETE
         tx.commit()
     c = m.counts
-    log.info("indexed %d documents (%d sentences) as %d vectors in %d shards, %s; skipped %d %s; %.1fs",
-             c.documents, c.sentences, c.vectors, len(m.shards), m.index.factory, c.skipped, m.skipped or "",
+    log.info("indexed %d documents (%d sentences) as %d vectors in %d shards, %s; skipped %d%s; %.1fs",
+             c.documents, c.sentences, c.vectors, len(m.shards), m.index.factory, c.skipped, f" {m.skipped}" if m.skipped else "",
              time.time() - started)
 
 

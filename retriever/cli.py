@@ -140,11 +140,17 @@ def run_topics(args: argparse.Namespace) -> int:
 
 
 def highlight(text: str, spans: list[tuple[int, int]]) -> str:
-    """Mark matched spans with [brackets] for a terminal."""
-    out, pos = [], 0
+    """Mark matched spans with [brackets] for a terminal. Spans that touch
+    or overlap are marked as one: the word pieces of one word ("code" "c")
+    read as the word ("[codec]"), and no text is marked twice."""
+    merged: list[list[int]] = []
     for a, b in sorted(spans):
-        if a < pos:
-            continue
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    out, pos = [], 0
+    for a, b in merged:
         out += [text[pos:a], "[", text[a:b], "]"]
         pos = b
     out.append(text[pos:])

@@ -12,7 +12,7 @@ from propdex.encoders import Document, load_encoder
 from propdex.cli import main
 from propdex.indexer.build import IndexWriter
 from propdex.retriever import Searcher
-from propdex.retriever.cli import printable
+from propdex.retriever.cli import highlight, printable
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +82,11 @@ def test_without_faiss_training_runs_and_indexing_says_what_to_install(tmp_path)
                            capture_output=True, text=True)
     assert build.returncode == 2 and "pip install faiss-cpu" in build.stderr and "Traceback" not in build.stderr
     assert not (tmp_path / "ix").exists()
+
+
+def test_highlight_marks_a_words_pieces_as_one_word_and_no_text_twice():
+    text = "codec training by size"
+    assert highlight(text, [(4, 5), (0, 4), (6, 14)]) == "[codec] [training] by size"
+    assert highlight(text, [(0, 8), (6, 14), (18, 22)]) == "[codec training] by [size]"
+    assert highlight(text, [(0, 14), (6, 10)]) == "[codec training] by size"
+    assert highlight(text, []) == text
