@@ -7,6 +7,7 @@ memory grows neither with its shards nor with its documents' length.
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 from collections import Counter
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from propdex.encoders import Document, Encoded, Passage
 from propdex.encoders.text import split_sentences
 
 from .readers import Record, Skip
+from .store import plain
 
 if TYPE_CHECKING:
     from propdex.encoders import Encoder
@@ -105,12 +107,25 @@ def take(stream: Iterator[Record], want: int, seen: set[str]) -> tuple[list[Docu
         if isinstance(record, Document) and record.id in seen:
             # A set of ids, not of where each came from: millions of sources would cost gigabytes.
             record = Skip("duplicate_id", record.source or record.id, f"id {record.id!r} was taken by an earlier document")
+        if isinstance(record, Document) and record.metadata:
+            record = _plain_metadata(record)
         if isinstance(record, Skip):
             _count_skip(record, skipped, examples)
             continue
         seen.add(record.id)
         docs.append(record if record.sentences else replace(record, sentences=tuple(split_sentences(record.text))))
     return docs, n_inputs, skipped, examples
+
+
+def _plain_metadata(doc: Document) -> Document | Skip:
+    """The document with its metadata as JSON holds it (`store.plain`), or
+    the Skip naming what JSON cannot hold: the store keeps metadata as JSON."""
+    metadata = plain(doc.metadata)
+    try:
+        json.dumps(metadata, ensure_ascii=False)
+    except (TypeError, ValueError) as e:
+        return Skip("bad_metadata", doc.source or doc.id, f"metadata must be JSON: {e}")
+    return doc if metadata == doc.metadata else replace(doc, metadata=metadata)
 
 
 def _count_skip(record: Skip, skipped: Counter, examples: dict[str, list[str]]) -> None:

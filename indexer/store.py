@@ -25,6 +25,7 @@ as they are. LMDB keys:
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import struct
@@ -56,6 +57,23 @@ def metadata_key(field: str, value: Scalar) -> bytes:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return b"meta/" + field.encode() + b"\0" + json.dumps(value, ensure_ascii=False).encode()
+
+
+def plain(value: Any) -> Any:
+    """`value` as JSON holds it: numpy scalars and arrays as Python numbers
+    and lists, dates and times as ISO 8601 strings (which sort as they do),
+    inside lists, tuples and dicts too; anything else as it is. Metadata
+    from pandas or numpy is then stored, and filtered on, like the same
+    values read from JSONL."""
+    if isinstance(value, np.generic | np.ndarray):
+        return plain(value.tolist())
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
 
 
 def metadata_values(value: object) -> list[Scalar]:

@@ -191,8 +191,8 @@ class Index:
         return result
 
     def _write(self, documents: Iterable[Mapping[str, Any] | Document], replace: bool) -> dict[str, Any]:
-        if isinstance(documents, (Mapping, Document)):
-            raise ValueError("give a list of documents (one document: [doc])")
+        if isinstance(documents, (str, bytes, Mapping, Document)):
+            raise ValueError(f"give a list of documents (one document: [doc]), not a {type(documents).__name__}")
         with self._writes:
             result = self._writer().add(_records(documents), replace=replace)
             self.refresh()

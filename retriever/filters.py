@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from propdex.indexer.store import ShardStore, metadata_values
+from propdex.indexer.store import ShardStore, metadata_values, plain
 
 if TYPE_CHECKING:
     from .loading import Shard
@@ -73,7 +73,7 @@ def _parsed(condition: Any) -> bool:
 def _condition(field: str, op: Any, value: Any) -> tuple[str, tuple[Scalar, ...]]:
     if op not in OPERATORS:
         raise ValueError(f"where[{field!r}]: unknown operator {op!r}; choose from {', '.join(OPERATORS)}")
-    values = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
+    values = plain(list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value])
     scalars = metadata_values(values)
     if len(scalars) != len(values) or not values:
         raise ValueError(f"where[{field!r}]: give a string, number, bool or null, or a non-empty list of them; got {value!r}")

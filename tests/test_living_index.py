@@ -176,6 +176,24 @@ def test_adding_a_known_id_is_refused_and_bad_records_are_counted(tmp_path, enco
     assert "document 4" in caplog.text and "bad_metadata" in caplog.text
     with pytest.raises(ValueError, match="list of documents"):
         index.add({"id": "f", "text": "one dict"})
+    with pytest.raises(ValueError, match="not a str"):
+        index.add("Zeta functions.")  # not seven one-letter records
+    index.close()
+
+
+def test_metadata_from_numpy_and_dates_is_stored_and_filtered_as_json_holds_it(tmp_path, encoder):
+    import datetime
+
+    import numpy as np
+
+    index = propdex.Index.create(tmp_path / "i", encoder)
+    rows = [{"id": f"r{i}", "text": f"Report number {i} on rainfall.", "n": np.int64(i), "score": np.float32(i / 2),
+             "day": datetime.date(2024, 1, 1 + i), "tags": np.array(["rain", f"t{i}"])} for i in range(4)]
+    assert index.add(rows)["added"] == 4
+    assert index.get("r2").metadata == {"n": 2, "score": 1.0, "day": "2024-01-03", "tags": ["rain", "t2"]}
+    found = {h.doc_id for h in index.search("rainfall", k=10, where={"day": {">=": datetime.date(2024, 1, 3)}})}
+    assert found == {"r2", "r3"}
+    assert {h.doc_id for h in index.search("rainfall", k=10, where={"n": np.int64(1), "tags": "t1"})} == {"r1"}
     index.close()
 
 
