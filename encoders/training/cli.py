@@ -10,7 +10,7 @@ PROPSEGMENT = "../shared/data/propsegment/v1"
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("train", help="train a small head (segmenter, proposition encoder)")
+    p = sub.add_parser("train", help="train a small head or adapter: segmenter, proposition, nugget, idf, docsplit, crossthought, hashing")
     tsub = p.add_subparsers(dest="model", required=True, metavar="MODEL")
 
     s = tsub.add_parser("segmenter", help="word-pair proposition segmenter on PropSegment test segmentations")
