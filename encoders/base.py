@@ -210,6 +210,14 @@ class Encoder(ABC):
         return self.backbone.max_length if late is None else min(late.document_length, self.backbone.tokenizer.model_max_length)
 
     @property
+    def query_length(self) -> int:
+        """Word pieces of a query's text the encoder reads; the rest is cut
+        (a late-interaction checkpoint reads queries at its own length)."""
+        late, prompt = self.backbone.recipe.late, self.backbone.prompt_ids(query=True)
+        length = late.query_length if late else self.max_length
+        return length - _n_specials(self.backbone) - (0 if prompt is None else len(prompt))
+
+    @property
     def dim(self) -> int:
         return self.backbone.recipe.token_dim(self.backbone.dim)
 

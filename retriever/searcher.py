@@ -224,7 +224,7 @@ class Searcher:
                     for q, skip in zip(queries, skips)]
         if not self.shards:
             return [[] for _ in queries]
-        _warn_unknown(self.encoder, queries)
+        _warn_about(self.encoder, queries)
         with stage("encode"):
             encoded = [e.vectors for e in self.encoder.encode_queries(list(queries))]
         depths = stage1.Depths.of(st, max(len(q) for q in encoded), self.vectors_per_doc, self.nprobe, self.lists,
@@ -316,11 +316,19 @@ def _text(query: str | Document) -> str:
     return query.text if isinstance(query, Document) else query
 
 
-def _warn_unknown(encoder: "Encoder", queries: Sequence[str | Document]) -> None:
-    """A query the vocabulary cannot spell (every word-piece [UNK], e.g.
-    Chinese for an English model) still gets answers: say they mean nothing."""
-    tokenizer = encoder.backbone.tokenizer
+def _warn_about(encoder: "Encoder", queries: Sequence[str | Document]) -> None:
+    """Say what the dense search cannot read of a query: one the vocabulary
+    cannot spell (every word-piece [UNK], e.g. Chinese for an English model)
+    still gets answers that mean nothing; one longer than the encoder reads
+    is cut (one line for a batch)."""
+    tokenizer, limit, long = encoder.backbone.tokenizer, encoder.query_length, []
     for q in queries:
-        ids = tokenizer(_text(q), add_special_tokens=False)["input_ids"]
+        ids = tokenizer(_text(q), add_special_tokens=False, verbose=False)["input_ids"]
         if ids and all(i == tokenizer.unk_token_id for i in ids):
             log.warning("query %r is unknown to the backbone's vocabulary (all [UNK]): its dense results carry no meaning", _text(q)[:80])
+        if len(ids) > limit:
+            long.append(len(ids))
+    if long:
+        which = f"query {_text(queries[0])[:60]!r}... is" if len(queries) == 1 else f"{len(long)} of {len(queries)} queries are"
+        log.warning("%s longer than the %d word pieces the encoder reads (up to %d): the dense search reads each to there",
+                    which, limit, max(long))

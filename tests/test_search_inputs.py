@@ -52,6 +52,25 @@ def test_a_query_the_vocabulary_cannot_spell_is_warned_about(pq_index, caplog):
     assert "unknown to the backbone's vocabulary" in caplog.text
 
 
+def test_a_query_longer_than_the_encoder_reads_is_warned_about_once_a_batch(pq_index, caplog):
+    path, enc = pq_index
+    tokenizer = enc.backbone.tokenizer
+    fits = " ".join(["band"] * enc.query_length)
+    assert len(tokenizer(fits, add_special_tokens=False)["input_ids"]) == enc.query_length
+    # What the encoder reads of a query is exactly query_length pieces: one more changes nothing.
+    full, longer = (enc.encode_queries([q])[0].vectors for q in (fits, fits + " band"))
+    assert full.shape == longer.shape and (full == longer).all()
+    with Searcher.load(path, encoder=enc) as s, caplog.at_level(logging.WARNING):
+        s.search(fits, k=3)
+        assert not caplog.records
+        s.search(fits + " band band", k=3)
+        assert f"longer than the {enc.query_length} word pieces the encoder reads (up to {enc.query_length + 2})" in caplog.text
+        caplog.clear()
+        s.search_batch([fits + " band", "a band", fits + " band band band"], k=3)
+    (record,) = caplog.records
+    assert "2 of 3 queries are longer" in record.getMessage()
+
+
 def test_control_characters_are_shown_not_obeyed(tmp_path, tiny_dir, capsys):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text(json.dumps({"id": "x", "title": "Evil\x1b[2J title", "text": "A bell rings here.\x07 Red text \x1b[31m follows."}) + "\n")
