@@ -63,6 +63,17 @@ class Document:
         if problem:
             raise ValueError(f"document {self.id!r}: focus {problem}")
 
+    @classmethod
+    def read_back(cls, id: str, text: str, title: str, sentences: tuple[Span, ...], focus: tuple[Span, ...],
+                  metadata: Mapping[str, Any]) -> "Document":
+        """A document an index stored: its writer checked the spans, so they
+        are not checked again, and an index written before the check reads."""
+        doc = object.__new__(cls)
+        for name, value in (("id", id), ("text", text), ("title", title), ("sentences", sentences), ("focus", focus),
+                            ("source", ""), ("repairs", ()), ("metadata", metadata)):
+            object.__setattr__(doc, name, value)
+        return doc
+
     def sentence_text(self, i: int) -> str:
         start, end = self.sentences[i]
         return self.text[start:end]

@@ -479,8 +479,5 @@ class ShardStore:
 
 def _document(raw: bytes) -> Document:
     r = json.loads(raw)
-    return Document(
-        r["id"], r["text"], r.get("title", ""),
-        tuple(tuple(s) for s in r["sentences"]), tuple(tuple(s) for s in r.get("focus", ())),
-        metadata=r.get("metadata", {}),
-    )
+    return Document.read_back(r["id"], r["text"], r.get("title", ""), tuple(tuple(s) for s in r["sentences"]),
+                              tuple(tuple(s) for s in r.get("focus", ())), r.get("metadata", {}))

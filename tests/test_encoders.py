@@ -235,3 +235,12 @@ def test_replacing_a_documents_text_under_its_spans_is_an_error_and_a_reader_ski
     assert isinstance(skip, Skip) and skip.reason == "bad_sentences" and skip.source == "file.jsonl:3"
     assert "9-character text" in skip.detail
     assert isinstance(document("d2", "One. Two.", "T", "file.jsonl:3", 1000, sentences=[(0, 4), (5, 9)]), Document)
+
+
+def test_a_stored_document_reads_back_whole_and_unchecked():
+    """The store's read-back sets every field (a field added later must be
+    added there too) and does not re-check spans an older writer stored."""
+    back = Document.read_back(DOC.id, DOC.text, DOC.title, DOC.sentences, DOC.focus, {"year": 1889})
+    expected = dataclasses.replace(DOC, metadata={"year": 1889})
+    assert back == expected and all(getattr(back, f.name) == getattr(expected, f.name) for f in dataclasses.fields(Document))
+    assert Document.read_back("old", "Short.", "", ((0, 31),), (), {}).sentences == ((0, 31),)
