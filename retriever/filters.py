@@ -73,7 +73,8 @@ def _parsed(condition: Any) -> bool:
 def _condition(field: str, op: Any, value: Any) -> tuple[str, tuple[Scalar, ...]]:
     if op not in OPERATORS:
         raise ValueError(f"where[{field!r}]: unknown operator {op!r}; choose from {', '.join(OPERATORS)}")
-    values = plain(list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value])
+    value = plain(value)  # numpy values and dates as the store keeps them
+    values = plain(list(value)) if isinstance(value, (list, set, frozenset)) else [value]
     scalars = metadata_values(values)
     if len(scalars) != len(values) or not values:
         raise ValueError(f"where[{field!r}]: give a string, number, bool or null, or a non-empty list of them; got {value!r}")

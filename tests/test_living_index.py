@@ -194,6 +194,7 @@ def test_metadata_from_numpy_and_dates_is_stored_and_filtered_as_json_holds_it(t
     found = {h.doc_id for h in index.search("rainfall", k=10, where={"day": {">=": datetime.date(2024, 1, 3)}})}
     assert found == {"r2", "r3"}
     assert {h.doc_id for h in index.search("rainfall", k=10, where={"n": np.int64(1), "tags": "t1"})} == {"r1"}
+    assert {h.doc_id for h in index.search("rainfall", k=10, where={"n": np.array([0, 3])})} == {"r0", "r3"}
     index.close()
 
 
