@@ -21,6 +21,7 @@ from propdex.encoders import Document, Encoded, Passage
 from propdex.encoders.text import split_sentences
 
 from .readers import Record, Skip
+from .readers.base import admitted
 from .store import plain
 
 if TYPE_CHECKING:
@@ -93,8 +94,7 @@ def concat(parts: list[Encoded], dim: int) -> Encoded:
 def take(stream: Iterator[Record], want: int, seen: set[str]) -> tuple[list[Document], int, Counter, dict]:
     """Pull records until `want` documents are accepted (or the stream ends):
     (documents, records read, skips by reason, a few examples of each). An id
-    in `seen` is skipped: one id, one document. A Document given without
-    sentences gets the readers' split, whichever door it came in by."""
+    in `seen` is skipped: one id, one document (`_intake`)."""
     docs: list[Document] = []
     skipped: Counter[str] = Counter()
     examples: dict[str, list[str]] = {}
@@ -104,28 +104,38 @@ def take(stream: Iterator[Record], want: int, seen: set[str]) -> tuple[list[Docu
         if record is None:
             break
         n_inputs += 1
-        if isinstance(record, Document) and record.id in seen:
-            # A set of ids, not of where each came from: millions of sources would cost gigabytes.
-            record = Skip("duplicate_id", record.source or record.id, f"id {record.id!r} was taken by an earlier document")
-        if isinstance(record, Document) and record.metadata:
-            record = _plain_metadata(record)
+        record = _intake(record, seen)
         if isinstance(record, Skip):
             _count_skip(record, skipped, examples)
             continue
         seen.add(record.id)
-        docs.append(record if record.sentences else replace(record, sentences=tuple(split_sentences(record.text))))
+        docs.append(record)
     return docs, n_inputs, skipped, examples
 
 
-def _plain_metadata(doc: Document) -> Document | Skip:
-    """The document with its metadata as JSON holds it (`store.plain`), or
-    the Skip naming what JSON cannot hold: the store keeps metadata as JSON."""
-    metadata = plain(doc.metadata)
-    try:
-        json.dumps(metadata, ensure_ascii=False)
-    except (TypeError, ValueError) as e:
-        return Skip("bad_metadata", doc.source or doc.id, f"metadata must be JSON: {e}")
-    return doc if metadata == doc.metadata else replace(doc, metadata=metadata)
+def _intake(record: Record, seen: set[str]) -> Record:
+    """A document as the writer takes it, whichever door it came in by (a
+    reader, a dict, a Document handed in whole), or the Skip saying why not:
+    an id taken before, the readers' gate (`admitted`), metadata as JSON
+    holds it (`store.plain`: the store keeps it as JSON), and the readers'
+    sentence split for a document given without one."""
+    if isinstance(record, Skip):
+        return record
+    source = record.source or record.id
+    if record.id in seen:
+        # A set of ids, not of where each came from: millions of sources would cost gigabytes.
+        return Skip("duplicate_id", source, f"id {record.id!r} was taken by an earlier document")
+    doc = admitted(record)
+    if isinstance(doc, Skip):
+        return doc
+    if doc.metadata:
+        metadata = plain(doc.metadata)
+        try:
+            json.dumps(metadata, ensure_ascii=False)
+        except (TypeError, ValueError) as e:
+            return Skip("bad_metadata", source, f"metadata must be JSON: {e}")
+        doc = doc if metadata == doc.metadata else replace(doc, metadata=metadata)
+    return doc if doc.sentences else replace(doc, sentences=tuple(split_sentences(doc.text)))
 
 
 def _count_skip(record: Skip, skipped: Counter, examples: dict[str, list[str]]) -> None:

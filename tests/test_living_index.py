@@ -181,6 +181,20 @@ def test_adding_a_known_id_is_refused_and_bad_records_are_counted(tmp_path, enco
     index.close()
 
 
+def test_a_document_handed_in_whole_passes_the_readers_gate(tmp_path, encoder, caplog):
+    """A Document skips the readers but not their rules: blank text and an
+    unkeyable id are counted skips, lone surrogates are repaired."""
+    from propdex.encoders import Document
+
+    index = propdex.Index.create(tmp_path / "i", encoder)
+    docs = [Document("blank", "  \n "), Document("x" * 600, "A long id."), Document("sur", "Caf\udce9 au lait.", "T\ud800"),
+            Document("fine", "Fine text.")]
+    assert index.add(docs) == {"added": 2, "replaced": 0, "skipped": {"empty": 1, "bad_id": 1}}
+    assert index.get("sur").text == "Caf\ufffd au lait." and index.get("sur").title == "T\ufffd"
+    assert "lone surrogates" in caplog.text and "blank" not in index
+    index.close()
+
+
 def test_metadata_from_numpy_and_dates_is_stored_and_filtered_as_json_holds_it(tmp_path, encoder):
     import datetime
 

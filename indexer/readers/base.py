@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from propdex.encoders.text import Span, split_sentences
@@ -76,10 +76,8 @@ def document(
         return Skip("empty", source)
     if len(text) > max_chars:
         return Skip("too_large", source, f"{len(text)} characters > {max_chars}")
-    if not _utf8(doc_id):
-        return Skip("bad_id", source, "the id holds a lone surrogate (not Unicode text)")
-    if len(doc_id.encode()) > MAX_ID_BYTES:
-        return Skip("bad_id", source, f"the id is {len(doc_id.encode())} bytes long, more than {MAX_ID_BYTES}")
+    if (bad := _bad_id(doc_id)) is not None:
+        return Skip("bad_id", source, bad)
     repairs: tuple[str, ...] = ()
     if not (_utf8(text) and _utf8(title)):
         log.warning("%s: lone surrogates in the text or title replaced by U+FFFD", source)
@@ -89,6 +87,30 @@ def document(
         return Document(doc_id, text, title, tuple(spans), source=source, repairs=repairs, metadata=metadata or {})
     except ValueError as e:  # sentence spans a format gave that do not fit its text
         return Skip("bad_sentences", source, str(e))
+
+
+def admitted(doc: Document) -> Document | Skip:
+    """A Document handed in whole (the Python API, `IndexWriter.build`)
+    through the same gate as a reader's record, bar its size: blank text and
+    an id the index cannot key are skips, lone surrogates are repaired."""
+    source = doc.source or doc.id
+    if not doc.text.strip():
+        return Skip("empty", source)
+    if (bad := _bad_id(doc.id)) is not None:
+        return Skip("bad_id", source, bad)
+    if _utf8(doc.text) and _utf8(doc.title):
+        return doc
+    log.warning("%s: lone surrogates in the text or title replaced by U+FFFD", source)
+    return replace(doc, text=_repair(doc.text), title=_repair(doc.title), repairs=(*doc.repairs, "lone_surrogates"))
+
+
+def _bad_id(doc_id: str) -> str | None:
+    """Why the index cannot key `doc_id`, or None."""
+    if not _utf8(doc_id):
+        return "the id holds a lone surrogate (not Unicode text)"
+    if len(doc_id.encode()) > MAX_ID_BYTES:
+        return f"the id is {len(doc_id.encode())} bytes long, more than {MAX_ID_BYTES}"
+    return None
 
 
 def _utf8(text: str) -> bool:
