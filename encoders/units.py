@@ -83,17 +83,17 @@ def _span_problem(text: str, spans: tuple[Span, ...], whole: bool) -> str:
     """What is wrong with `spans` over `text`, or "": each span in bounds,
     sorted and non-overlapping; with `whole`, every non-whitespace character
     inside one of them (sentences cover the text; a focus need not)."""
-    end = 0
+    end, n = 0, len(text)
     for a, b in spans:
-        if not 0 <= a <= b <= len(text):
-            return f"span ({a}, {b}) lies outside its {len(text)}-character text"
+        if not 0 <= a <= b <= n:
+            return f"span ({a}, {b}) lies outside its {n}-character text"
         if a < end:
             return f"span ({a}, {b}) starts before the previous span ends ({end}): spans must be sorted and not overlap"
-        if whole and text[end:a].strip():
+        if whole and a > end and not text[end:a].isspace():
             return f"characters {end}..{a} ({text[end:a].strip()[:40]!r}) lie in no sentence span"
         end = b
-    if whole and spans and text[end:].strip():
-        return f"characters {end}..{len(text)} ({text[end:].strip()[:40]!r}) lie in no sentence span"
+    if whole and spans and n > end and not text[end:].isspace():
+        return f"characters {end}..{n} ({text[end:].strip()[:40]!r}) lie in no sentence span"
     return ""
 
 
