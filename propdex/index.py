@@ -269,7 +269,7 @@ class Index:
 def _records(documents: Iterable[Mapping[str, Any] | Document]) -> Iterable[Record]:
     for i, doc in enumerate(documents):
         if isinstance(doc, Document):
-            yield doc  # the writer splits one given without sentences
+            yield doc  # the writer's intake gates it as it gates a reader's record (encoding._intake)
         elif isinstance(doc, Mapping):
             yield record_from_dict(dict(doc), f"document {i}")
         elif isinstance(doc, Skip):  # `read_corpus` says what it could not read; the writer counts it
