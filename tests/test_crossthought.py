@@ -41,7 +41,7 @@ def test_cut_sequences_keeps_every_token_once_in_order_and_cuts_before_words(len
 
 
 def test_sequences_of_a_document_tokenize_back_to_its_tokens(tiny):
-    doc = Document("d", TEXT, sentences=((0, 77), (78, len(TEXT))))
+    doc = Document("d", TEXT, sentences=((0, 76), (77, len(TEXT))))
     passages = sequence_passages(doc, tiny, length=8)
     whole = tiny.tokenizer(TEXT, add_special_tokens=False)["input_ids"]
     pieces = [t for p in passages for t in tiny.tokenizer(p.text, add_special_tokens=False)["input_ids"]]
@@ -237,7 +237,7 @@ def test_saved_weights_load_back_to_the_same_slots(tiny, ct_dir):
 def test_encoder_gives_one_unit_of_n_slot_blocks_per_sequence(tiny, ct_dir):
     path, model = ct_dir
     encoder = load_encoder("crossthought", backbone=tiny, weights=str(path), words=0)
-    doc = Document("d", TEXT, sentences=((0, 77), (78, len(TEXT))))
+    doc = Document("d", TEXT, sentences=((0, 76), (77, len(TEXT))))
     passages = encoder.passages(doc)
     encoded = encoder.encode(passages)
     assert encoder.dim == 3 * 32 and encoder.attention_blocks == 3 * 2

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from propdex.encoders import Document
+from propdex.encoders.text import split_sentences
 from propdex.encoders.adapters import layer_stack
 from propdex.encoders.nugget import (
     NuggetDecoder, NuggetEncoder, NuggetModel, even_cuts, n_nuggets, nugget_spans, nugget_weights, select, word_starts,
@@ -271,7 +272,7 @@ def test_even_cuts_make_k_runs_of_near_equal_length_ending_at_words():
 def test_frozen_nuggets_are_ceil_n_r_runs_of_the_tokens_tokens_keeps(tiny):
     tokens = TokensEncoder(tiny)
     text = TEXTS[2]
-    doc = Document("d", text, "Biology", ((0, 56), (57, len(text))))
+    doc = Document("d", text, "Biology", tuple(split_sentences(text)))
     (full,) = tokens.encode(tokens.passages(doc))
     for r in (0.1, 0.25, 0.5):
         nuggets = NuggetEncoder(tiny, ratio=r)
