@@ -73,8 +73,9 @@ def _parsed(condition: Any) -> bool:
 def _condition(field: str, op: Any, value: Any) -> tuple[str, tuple[Scalar, ...]]:
     if op not in OPERATORS:
         raise ValueError(f"where[{field!r}]: unknown operator {op!r}; choose from {', '.join(OPERATORS)}")
-    value = plain(value)  # numpy values and dates as the store keeps them
-    values = plain(list(value)) if isinstance(value, (list, set, frozenset)) else [value]
+    # numpy values and dates as the store keeps them; a tuple or array becomes a list
+    value = plain(list(value) if isinstance(value, (set, frozenset)) else value)
+    values = value if isinstance(value, list) else [value]
     scalars = metadata_values(values)
     if len(scalars) != len(values) or not values:
         raise ValueError(f"where[{field!r}]: give a string, number, bool or null, or a non-empty list of them; got {value!r}")

@@ -68,31 +68,28 @@ def document(
     sentences: Iterable[Span] | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> Record:
-    """A Document, or the Skip for an empty or oversized text or an id the
-    index cannot key. Lone surrogates (JSON "\\ud800" escapes) in a text or
-    title become U+FFFD, with a warning naming the record, and the document
-    says so (`repairs`), for the manifest to count."""
+    """A Document, or the Skip for an empty or oversized text, sentence spans
+    that do not fit it, or an id the index cannot key (`admitted`, which
+    also repairs lone surrogates)."""
     if not text.strip():
         return Skip("empty", source)
     if len(text) > max_chars:
         return Skip("too_large", source, f"{len(text)} characters > {max_chars}")
-    if (bad := _bad_id(doc_id)) is not None:
-        return Skip("bad_id", source, bad)
-    repairs: tuple[str, ...] = ()
-    if not (_utf8(text) and _utf8(title)):
-        log.warning("%s: lone surrogates in the text or title replaced by U+FFFD", source)
-        text, title, repairs = _repair(text), _repair(title), ("lone_surrogates",)
     spans = split_sentences(text) if sentences is None else sentences
     try:
-        return Document(doc_id, text, title, tuple(spans), source=source, repairs=repairs, metadata=metadata or {})
+        doc = Document(doc_id, text, title, tuple(spans), source=source, metadata=metadata or {})
     except ValueError as e:  # sentence spans a format gave that do not fit its text
         return Skip("bad_sentences", source, str(e))
+    return admitted(doc)
 
 
 def admitted(doc: Document) -> Document | Skip:
-    """A Document handed in whole (the Python API, `IndexWriter.build`)
-    through the same gate as a reader's record, bar its size: blank text and
-    an id the index cannot key are skips, lone surrogates are repaired."""
+    """The gate every document passes, a reader's record or one handed in
+    whole (the Python API, `IndexWriter.build`): blank text and an id the
+    index cannot key are skips; lone surrogates (JSON "\\ud800" escapes) in
+    the text or title become U+FFFD, one for one so spans stay valid, with a
+    warning naming the record, and the document says so (`repairs`), for the
+    manifest to count."""
     source = doc.source or doc.id
     if not doc.text.strip():
         return Skip("empty", source)
