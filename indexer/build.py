@@ -189,8 +189,9 @@ class IndexWriter:
     def add(self, records: Iterable[InputRecord], *, replace: bool = False) -> dict[str, Any]:
         """Append the records' documents in new shards, in one commit. An id
         the index holds already is refused, unless `replace`: then its earlier
-        version is deleted in the same commit (an update). Returns a summary:
-        added, replaced, skipped (by reason)."""
+        version is deleted in the same commit (an update), or kept where the
+        record equals it. Returns a summary: added, replaced, unchanged,
+        skipped (by reason)."""
         self._lock.acquire()
         try:
             return living.add(self.transaction, self.encoder, records, replace)

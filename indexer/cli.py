@@ -98,7 +98,8 @@ def run_add(args: argparse.Namespace) -> int:
     records = read_corpus(args.inputs, args.format)  # checks the paths first
     result = IndexWriter.open(args.index, device=args.device).add(records, replace=args.update)
     skipped = sum(result["skipped"].values())
-    print(f"added {result['added']} documents to {args.index} ({result['replaced']} replaced); skipped {skipped} inputs"
+    unchanged = f", {result['unchanged']} unchanged" if args.update else ""
+    print(f"added {result['added']} documents to {args.index} ({result['replaced']} replaced{unchanged}); skipped {skipped} inputs"
           + (f" {json.dumps(result['skipped'])}" if skipped else ""))
     return 0
 

@@ -50,8 +50,10 @@ def require_complete(tx: Transaction, what: str) -> None:
 
 def add(tx: Transaction, encoder: "Encoder", records: Iterable[Record], replace: bool) -> dict[str, Any]:
     """Append the records' documents in new shards, in one commit; an id the
-    index holds already is refused unless `replace` (its earlier version is
-    then deleted in the same commit)."""
+    index holds already is refused unless `replace`: then a document equal
+    to the one stored (text, title, sentences, focus, metadata) is left as
+    it is, counted `unchanged`, and any other earlier version is deleted in
+    the same commit. Syncing a folder of notes re-encodes only what changed."""
     require_complete(tx, "add to")
     docs, n_inputs, skipped, examples = encoding.take(iter(records), 2**63, set())
     found = find(tx, [d.id for d in docs])
@@ -59,21 +61,26 @@ def add(tx: Transaction, encoder: "Encoder", records: Iterable[Record], replace:
         shown = ", ".join(repr(d) for d in list(found)[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
         raise ValueError(f"{len(found)} of the documents are in {tx.out} already ({shown}); "
                          f"update them instead (Index.update, `propdex add --update`)")
+    same = _unchanged(tx, docs, found)
+    docs = [d for d in docs if d.id not in same]
+    found = {doc_id: at for doc_id, at in found.items() if doc_id not in same}
+    nothing = {"added": 0, "replaced": 0, "unchanged": len(same), "skipped": dict(skipped)}
+    if not docs:
+        if skipped:  # nothing to commit, but say so
+            log.warning("nothing added to %s: every record was %s (%s skipped: %s)", tx.out,
+                        "skipped or unchanged" if same else "skipped", sum(skipped.values()), dict(skipped))
+        return nothing
     new = _write_new_shards(tx, encoder, docs, n_inputs, skipped, examples)
-    if not new and not skipped:
-        return {"added": 0, "replaced": 0, "skipped": {}}
-    if not new:  # all skipped: nothing to commit, but say so
-        log.warning("nothing added to %s: every record was skipped (%s)", tx.out, dict(skipped))
-        return {"added": 0, "replaced": 0, "skipped": dict(skipped)}
     if tx.manifest.index is None:
         phases.train(tx, new)
     garbage = phases.fill(tx, new, commit=False)
     garbage += _tombstone(tx, found)
     tx.manifest.shards += new
     commit_generation(tx, encoder.title, garbage)
-    log.info("added %d documents to %s (%d replaced) in %d shard(s)", len(docs), tx.out, len(found), len(new))
+    log.info("added %d documents to %s (%d replaced, %d unchanged) in %d shard(s)", len(docs), tx.out, len(found),
+             len(same), len(new))
     merged = merge_tiers(tx, encoder.title)
-    return {"added": len(docs), "replaced": len(found), "skipped": dict(skipped), **({"merged": merged} if merged else {})}
+    return {**nothing, "added": len(docs), "replaced": len(found), **({"merged": merged} if merged else {})}
 
 
 def _write_new_shards(tx: Transaction, encoder: "Encoder", docs: list, n_inputs: int, skipped: Counter,
@@ -302,6 +309,19 @@ def find(tx: Transaction, doc_ids: list[str]) -> dict[str, tuple[int, int]]:
                     found[doc_id] = (i, o)
         store.close()
     return found
+
+
+def _unchanged(tx: Transaction, docs: list, found: dict[str, tuple[int, int]]) -> set[str]:
+    """The ids among `found` whose stored document equals the one given
+    (`Document` equality: what is indexed and returned, not where a reader
+    found it). Metadata compares as the store keeps it, JSON."""
+    given = {d.id: d for d in docs if d.id in found}
+    same: set[str] = set()
+    for i, at in groupby(sorted(found.items(), key=lambda item: item[1]), key=lambda item: item[1][0]):
+        store = tx.store(tx.manifest.shards[i])
+        same.update(doc_id for doc_id, (_, o) in at if store.document(o) == given[doc_id])
+        store.close()
+    return same
 
 
 def _tombstone(tx: Transaction, found: dict[str, tuple[int, int]]) -> list[Path]:

@@ -168,11 +168,13 @@ class Index:
         other fields (kept as metadata), or Documents, or what `read_corpus`
         yields (`index.add(propdex.read_corpus(["notes/"]))`; its skips are
         counted). An id the index holds already is an error (use `update`).
-        Returns {added, replaced, skipped}."""
+        Returns {added, replaced, unchanged, skipped}."""
         return self._write(documents, replace=False)
 
     def update(self, documents: Iterable[Mapping[str, Any] | Document]) -> dict[str, Any]:
-        """Add documents, replacing any the index holds under the same id."""
+        """Add documents, replacing any the index holds under the same id;
+        one equal to the stored document is left alone (`unchanged`), so
+        updating from a whole folder re-encodes only what changed."""
         return self._write(documents, replace=True)
 
     def delete(self, ids: str | Iterable[str]) -> dict[str, Any]:

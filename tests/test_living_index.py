@@ -51,7 +51,7 @@ def test_add_update_delete_compact_equal_a_fresh_build_of_the_result(tmp_path, e
     assert len(index) == 0 and index.search("anything") == []
     assert index.add(docs[:20])["added"] == 20
     assert index.add(docs[20:])["added"] == 10
-    assert index.update([changed]) == {"added": 1, "replaced": 1, "skipped": {}}
+    assert index.update([changed]) == {"added": 1, "replaced": 1, "unchanged": 0, "skipped": {}}
     assert index.delete(["7", docs[12].id, "no-such-id"]) == {"deleted": 1, "missing": ["7", "no-such-id"]}
     assert index.delete([docs[7].id])["deleted"] == 1
     final = [changed if d.id == changed.id else d for d in docs if d.id not in (docs[7].id, docs[12].id)]
@@ -153,12 +153,13 @@ def test_a_failed_add_commits_nothing_and_leaves_nothing(tmp_path, encoder, monk
 
     monkeypatch.setattr(phases, "fill", crash)
     with pytest.raises(RuntimeError):
-        index.update(_docs(10)[3:])  # replaces 3 documents and adds 4, in new shards
+        index.update([replace(d, title=d.title + " (revised)") for d in _docs(10)[3:]])  # replaces 3, adds 4
     monkeypatch.undo()
     assert (tmp_path / "i" / "manifest.json").read_text() == manifest
     assert _ranking(index.refresh(), QUERIES[1]) == before
     # The next writer removes the uncommitted shards; the same call then succeeds.
-    assert index.update(_docs(10)[3:]) == {"added": 7, "replaced": 3, "skipped": {}}
+    revised = [replace(d, title=d.title + " (revised)") for d in _docs(10)[3:]]
+    assert index.update(revised) == {"added": 7, "replaced": 3, "unchanged": 0, "skipped": {}}
     assert sorted(p.name for p in (tmp_path / "i").glob("shard-*")) == [s["name"] for s in index.manifest["shards"]]
     index.close()
 
@@ -171,7 +172,7 @@ def test_adding_a_known_id_is_refused_and_bad_records_are_counted(tmp_path, enco
     assert "b" not in index  # all or nothing
     result = index.add([{"id": "c", "text": "Gamma rays."}, {"id": "c", "text": "twice"}, {"text": "no id"},
                         {"id": "d", "text": "   "}, {"id": "e", "text": "Epsilon.", "when": object()}])
-    assert result == {"added": 1, "replaced": 0,
+    assert result == {"added": 1, "replaced": 0, "unchanged": 0,
                       "skipped": {"duplicate_id": 1, "missing_field": 1, "empty": 1, "bad_metadata": 1}}
     assert "document 4" in caplog.text and "bad_metadata" in caplog.text
     with pytest.raises(ValueError, match="list of documents"):
@@ -189,7 +190,7 @@ def test_a_document_handed_in_whole_passes_the_readers_gate(tmp_path, encoder, c
     index = propdex.Index.create(tmp_path / "i", encoder)
     docs = [Document("blank", "  \n "), Document("x" * 600, "A long id."), Document("sur", "Caf\udce9 au lait.", "T\ud800"),
             Document("fine", "Fine text.")]
-    assert index.add(docs) == {"added": 2, "replaced": 0, "skipped": {"empty": 1, "bad_id": 1}}
+    assert index.add(docs) == {"added": 2, "replaced": 0, "unchanged": 0, "skipped": {"empty": 1, "bad_id": 1}}
     assert index.get("sur").text == "Caf\ufffd au lait." and index.get("sur").title == "T\ufffd"
     assert "lone surrogates" in caplog.text and "blank" not in index
     index.close()
@@ -220,10 +221,18 @@ def test_a_folder_of_notes_goes_in_through_read_corpus_with_its_skips_counted(tm
     (notes / "c.md").write_bytes(b"caf\xe9\n")
     index = propdex.Index.create(tmp_path / "i", encoder)
     result = index.add(propdex.read_corpus([notes]))
-    assert result == {"added": 2, "replaced": 0, "skipped": {"invalid_utf8": 1}}
+    assert result == {"added": 2, "replaced": 0, "unchanged": 0, "skipped": {"invalid_utf8": 1}}
     assert str(notes / "a.md") in index and str(notes / "b.txt") in index
     (notes / "a.md").write_text("# Launch\n\nThe launch moved to July.\n")
-    assert index.update(propdex.read_corpus([notes / "a.md"]))["replaced"] == 1
+    # Re-syncing the whole folder re-encodes only the note that changed: no new shard holds the others.
+    shards = len(index.manifest["shards"])
+    assert index.update(propdex.read_corpus([notes])) == {"added": 1, "replaced": 1, "unchanged": 1, "skipped": {"invalid_utf8": 1}}
+    assert len(index) == 2
+    assert len(index.manifest["shards"]) <= shards + 1
+    generation = index.manifest["generation"]
+    assert index.update(propdex.read_corpus([notes / "a.md", notes / "b.txt"])) == {
+        "added": 0, "replaced": 0, "unchanged": 2, "skipped": {}}
+    assert index.refresh().manifest["generation"] == generation  # nothing changed, nothing committed
     (hit,) = [h for h in index.search("launch", k=2) if h.doc_id == str(notes / "a.md")]
     assert hit.title == "Launch" and "July" in hit.text
     index.close()
