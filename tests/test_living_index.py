@@ -216,14 +216,20 @@ def test_metadata_from_numpy_and_dates_is_stored_and_filtered_as_json_holds_it(t
 def test_a_folder_of_notes_goes_in_through_read_corpus_with_its_skips_counted(tmp_path, encoder):
     notes = tmp_path / "notes"
     notes.mkdir()
-    (notes / "a.md").write_text("# Launch\n\nThe launch moved to June.\n")
+    (notes / "a.md").write_text("---\ndate: 2026-03-02\ntags: [launch, web]\n---\n# Launch\n\nThe launch moved to June.\n")
     (notes / "b.txt").write_text("Ana owns the budget.\n")
     (notes / "c.md").write_bytes(b"caf\xe9\n")
     index = propdex.Index.create(tmp_path / "i", encoder)
     result = index.add(propdex.read_corpus([notes]))
     assert result == {"added": 2, "replaced": 0, "unchanged": 0, "skipped": {"invalid_utf8": 1}}
     assert str(notes / "a.md") in index and str(notes / "b.txt") in index
-    (notes / "a.md").write_text("# Launch\n\nThe launch moved to July.\n")
+    # Front matter and the note's path are metadata: a date compares as the ISO string it is stored as.
+    assert [h.doc_id for h in index.search("budget launch", where={"date": {">=": "2026-01-01"}})] == [str(notes / "a.md")]
+    assert [h.doc_id for h in index.search("budget launch", where={"tags": "web"})] == [str(notes / "a.md")]
+    assert {h.doc_id for h in index.search("budget launch", where={"path": {"prefix": str(notes) + "/"}})} == {
+        str(notes / "a.md"), str(notes / "b.txt")}
+    assert index.search("budget launch", where={"path": {"prefix": str(tmp_path / "elsewhere")}}) == []
+    (notes / "a.md").write_text("---\ndate: 2026-03-02\ntags: [launch, web]\n---\n# Launch\n\nThe launch moved to July.\n")
     # Re-syncing the whole folder re-encodes only the note that changed: no new shard holds the others.
     shards = len(index.manifest["shards"])
     assert index.update(propdex.read_corpus([notes])) == {"added": 1, "replaced": 1, "unchanged": 1, "skipped": {"invalid_utf8": 1}}

@@ -587,6 +587,8 @@ def test_a_folder_of_notes_is_text_one_document_a_file(tmp_path: Path) -> None:
     # Ids are absolute paths, so `add --update` finds a note however it is named.
     assert bread.id == str(notes / "bread.md") and garden.id == str(notes / "sub" / "garden.txt")
     assert bread.title == "Sourdough, the way Ana bakes it" and garden.title == "Garden project"
+    # Front matter's other fields, and every note's path, are metadata to filter on.
+    assert bread.metadata == {"path": bread.id, "tags": ["baking"]} and garden.metadata == {"path": garden.id}
     sentences = lambda d: [d.text[a:b] for a, b in d.sentences]
     # Markdown: a paragraph's lines join, headings lose their marks, list items and code stand alone, links keep their text.
     assert sentences(bread) == [
@@ -603,6 +605,29 @@ def test_a_folder_of_notes_is_text_one_document_a_file(tmp_path: Path) -> None:
         "buy seeds",
         "call Tom",
     ]
+
+
+def test_front_matter_is_metadata_in_yaml_or_toml_and_a_broken_one_costs_only_itself(tmp_path: Path, caplog) -> None:
+    import datetime
+
+    (tmp_path / "post.md").write_text('+++\ntitle = "Static sites"\ndate = 2024-05-01\ntags = ["go", "web"]\n+++\n'
+                                      "# Why Hugo\n\nHugo builds static sites.\n")
+    (tmp_path / "log.md").write_text("---\ntitle: 2024\ndraft: true\n---\n# Ship log\n\nWe shipped.\n")
+    (tmp_path / "broken.md").write_text("---\ntitle: [unclosed\n---\nThe body survives.\n")
+    (tmp_path / "list.md").write_text("---\n- a\n- b\n---\nA list is not fields.\n")
+    (tmp_path / "prose.txt").write_text("---\ntitle: not front matter in plain text\n---\nProse.\n")
+    by_name = {Path(d.id).name: d for d in docs(list(read_corpus([tmp_path])))}
+    post, log, broken, listed, prose = (by_name[n] for n in ("post.md", "log.md", "broken.md", "list.md", "prose.txt"))
+    # TOML's title titles the note, and the heading under it stays text; its date is a date until the index stores it.
+    assert post.title == "Static sites" and post.text.startswith("Why Hugo")
+    assert post.metadata == {"path": post.id, "date": datetime.date(2024, 5, 1), "tags": ["go", "web"]}
+    # A title that is no string is a field; the heading titles the note.
+    assert log.title == "Ship log" and log.metadata == {"path": log.id, "title": 2024, "draft": True}
+    # Broken or non-mapping front matter: the note is indexed without it, and the log says which file and why.
+    assert broken.text == "The body survives." and broken.metadata == {"path": broken.id}
+    assert listed.text == "A list is not fields." and listed.metadata == {"path": listed.id}
+    assert "broken.md: front matter does not parse" in caplog.text and "list.md: front matter is a list" in caplog.text
+    assert prose.text.startswith("title: not front matter") and prose.metadata == {"path": prose.id}
 
 
 def test_text_files_are_known_by_name_and_may_be_compressed_or_huge(tmp_path: Path) -> None:

@@ -8,18 +8,27 @@ paragraph's lines join, as they render, except lines that stand alone
 rule, so a line joins the one before only when that one is long and ends
 without punctuation: hard-wrapped prose joins up and a list of short lines
 stays a list. Links keep their text, not their URL: the text is what a
-question matches.
+question matches. Front matter (YAML between `---` lines, as Jekyll, Hugo
+and Obsidian write it, or TOML between `+++` lines) is the note's metadata:
+its `title:` titles it, and its other fields are kept to filter on.
 """
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Iterator
+from typing import Any
+
+import yaml
 
 from .paragraphs import SPACES, paragraphs
 
 MARKUP_SUFFIXES = (".md", ".markdown", ".rst")
-_FRONT_MATTER = re.compile(r"---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|$)", re.S)
-_FRONT_TITLE = re.compile(r"^title:[ \t]*(.*?)[ \t]*$", re.M)
+# (opening line, the pattern of the whole block, its parser): YAML ends at `---` or `...`, TOML at `+++`.
+_FRONT_MATTER = (
+    ("---", re.compile(r"---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|$)", re.S), yaml.safe_load),
+    ("+++", re.compile(r"\+\+\+[ \t]*\n(.*?\n)?\+\+\+[ \t]*(?:\n|$)", re.S), tomllib.loads),
+)
 _ATX_HEADING = re.compile(r"[ \t]{0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 _UNDERLINE = re.compile(r"[ \t]*(?:=+|-+|~+|\^+|\*+|#+)[ \t]*$")
 # Lines of lightweight markup that stand alone: headings, list items, quotes, table rows.
@@ -31,14 +40,33 @@ _WIKILINK = re.compile(r"\[\[(?:[^\]|\n]*\|)?([^\]|\n]*)\]\]")
 _WRAP_WIDTH = 40
 
 
+def front_matter(lines: list[str], markup: bool) -> tuple[dict[str, Any], list[str], str]:
+    """(the fields of the file's front matter, the lines after it, what was
+    wrong with it or ""). Markup only: a plain-text file that opens with
+    `---` is prose. A block that does not parse, or is not a mapping of
+    fields, is still cut from the text (it is not prose either) and its
+    problem is returned for the reader to log: the note stays indexed."""
+    opening = lines[0].rstrip() if markup and lines else ""
+    for mark, pattern, parse in _FRONT_MATTER:
+        if opening == mark and (block := pattern.match(text := "\n".join(lines))):
+            rest = text[block.end():].split("\n")
+            try:
+                fields = parse(block.group(1) or "")
+            except (yaml.YAMLError, tomllib.TOMLDecodeError) as e:
+                return {}, rest, f"front matter does not parse: {' '.join(str(e).split())}"
+            if fields is None:
+                return {}, rest, ""
+            if not isinstance(fields, dict):
+                return {}, rest, f"front matter is a {type(fields).__name__}, not fields (name: value)"
+            return {str(k): v for k, v in fields.items()}, rest, ""
+    return {}, lines, ""
+
+
 def title(lines: list[str], markup: bool) -> tuple[str, list[str]]:
-    """(the title a file gives itself or "", the lines after it): front
-    matter's `title:` (markup only), else a heading on the first line that
-    is not blank (`# Title` in markup, or a line underlined with `=` or `-`)."""
-    if markup and lines and lines[0].rstrip() == "---" and (front := _FRONT_MATTER.match(text := "\n".join(lines))):
-        lines = text[front.end():].split("\n")
-        if (found := _FRONT_TITLE.search(front.group(1) or "")) and found.group(1).strip("\"'"):
-            return found.group(1).strip("\"'"), lines
+    """(the title a file's first lines give it or "", the lines after it): a
+    heading on the first line that is not blank (`# Title` in markup, or a
+    line underlined with `=` or `-`). Front matter's `title:` comes first
+    (`front_matter`)."""
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     if first is None:
         return "", lines

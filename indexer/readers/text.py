@@ -2,12 +2,16 @@
 
 A note, a README, a chapter is one document. Its id is the file's absolute
 path, so a file keeps its id however the command line names it, and
-`propdex add --update` replaces it. Its title is the one the file gives
-itself (markdown.title), else the file's name without its suffix. Lines are
-unwrapped (markdown.unwrap) because sentences end at line breaks.
+`propdex add --update` replaces it; the same path is its `path` metadata,
+so `where={"path": {"prefix": "/notes/work/"}}` searches one folder. Its
+title is the one the file gives itself (front matter's `title:`, else
+markdown.title), else the file's name without its suffix; front matter's
+other fields are metadata too (and win over `path`). Lines are unwrapped
+(markdown.unwrap) because sentences end at line breaks.
 """
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +19,8 @@ from pathlib import Path
 from . import markdown
 from .base import Record, Skip, document
 from .streams import bare_name, open_binary
+
+log = logging.getLogger(__name__)
 
 
 def read(path: Path, max_chars: int) -> Iterator[Record]:
@@ -35,8 +41,18 @@ def _text_record(path: Path, max_chars: int) -> Record:
         return Skip("invalid_utf8", source, str(e))
     markup = bare_name(path).suffix.lower() in markdown.MARKUP_SUFFIXES
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    title, lines = markdown.title(lines, markup)
+    fields, lines, problem = markdown.front_matter(lines, markup)
+    if problem:
+        log.warning("%s: %s; the note is indexed without it", source, problem)
+    named = fields.pop("title", None)
+    if isinstance(named, str) and named.strip():
+        title = named.strip()  # a heading under it stays text: it is not the title
+    else:
+        title, lines = markdown.title(lines, markup)
+        if named is not None:
+            fields["title"] = named  # not a title (a number, a list): kept as the field it is
     body = markdown.unwrap(lines, markup)
     if markup:
         body = markdown.link_text(body)
-    return document(os.path.abspath(path), body, title or bare_name(path).stem, source, max_chars)
+    doc_id = os.path.abspath(path)
+    return document(doc_id, body, title or bare_name(path).stem, source, max_chars, metadata={"path": doc_id, **fields})
