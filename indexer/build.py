@@ -186,15 +186,17 @@ class IndexWriter:
         finally:
             self.close()
 
-    def add(self, records: Iterable[InputRecord], *, replace: bool = False) -> dict[str, Any]:
+    def add(self, records: Iterable[InputRecord], *, replace: bool = False, delete_missing: bool = False) -> dict[str, Any]:
         """Append the records' documents in new shards, in one commit. An id
         the index holds already is refused, unless `replace`: then its earlier
         version is deleted in the same commit (an update), or kept where the
-        record equals it. Returns a summary: added, replaced, unchanged,
-        skipped (by reason)."""
+        record equals it; `delete_missing` also deletes every document the
+        records do not name (a sync, `living.add`). Returns a summary: added,
+        replaced, unchanged, skipped (by reason), and deleted with
+        `delete_missing`."""
         self._lock.acquire()
         try:
-            return living.add(self.transaction, self.encoder, records, replace)
+            return living.add(self.transaction, self.encoder, records, replace, delete_missing)
         finally:
             self.close()
 

@@ -71,7 +71,10 @@ def add_update_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("index", type=Path, metavar="DIR")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="files or directories, in any format `propdex index` reads")
     p.add_argument("--format", choices=FORMATS, help="input format (default: detected)")
-    p.add_argument("--update", action="store_true", help="replace documents whose id the index holds (default: refuse them)")
+    p.add_argument("--update", action="store_true", help="replace documents whose id the index holds (default: refuse them); "
+                                                         "one equal to the stored document is left alone")
+    p.add_argument("--delete-missing", action="store_true",
+                   help="with --update: also delete every document the inputs do not hold (the index mirrors them)")
     p.add_argument("--device", default="auto")
     p.set_defaults(run=run_add)
 
@@ -95,10 +98,14 @@ def add_update_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def run_add(args: argparse.Namespace) -> int:
+    if args.delete_missing and not args.update:
+        raise ValueError("--delete-missing mirrors the inputs, which replaces what changed: give --update with it")
     records = read_corpus(args.inputs, args.format)  # checks the paths first
-    result = IndexWriter.open(args.index, device=args.device).add(records, replace=args.update)
+    writer = IndexWriter.open(args.index, device=args.device)
+    result = writer.add(records, replace=args.update, delete_missing=args.delete_missing)
     skipped = sum(result["skipped"].values())
     unchanged = f", {result['unchanged']} unchanged" if args.update else ""
+    unchanged += f", {result['deleted']} deleted" if args.delete_missing else ""
     print(f"added {result['added']} documents to {args.index} ({result['replaced']} replaced{unchanged}); skipped {skipped} inputs"
           + (f" {json.dumps(result['skipped'])}" if skipped else ""))
     return 0

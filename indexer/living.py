@@ -48,12 +48,18 @@ def require_complete(tx: Transaction, what: str) -> None:
                          f"run the same `propdex index` command again to finish it first")
 
 
-def add(tx: Transaction, encoder: "Encoder", records: Iterable[Record], replace: bool) -> dict[str, Any]:
+def add(tx: Transaction, encoder: "Encoder", records: Iterable[Record], replace: bool,
+        delete_missing: bool = False) -> dict[str, Any]:
     """Append the records' documents in new shards, in one commit; an id the
     index holds already is refused unless `replace`: then a document equal
     to the one stored (text, title, sentences, focus, metadata) is left as
     it is, counted `unchanged`, and any other earlier version is deleted in
-    the same commit. Syncing a folder of notes re-encodes only what changed."""
+    the same commit. Syncing a folder of notes re-encodes only what changed.
+    With `delete_missing` (a sync) the same commit also deletes every
+    document the records did not name, so a note removed from the folder
+    leaves the index; a record skipped this time names none, so its earlier
+    version goes too. A read that yields no document deletes nothing: it
+    is refused, as a wrong path more likely than an emptied corpus."""
     require_complete(tx, "add to")
     docs, n_inputs, skipped, examples = encoding.take(iter(records), 2**63, set())
     found = find(tx, [d.id for d in docs])
@@ -61,12 +67,22 @@ def add(tx: Transaction, encoder: "Encoder", records: Iterable[Record], replace:
         shown = ", ".join(repr(d) for d in list(found)[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
         raise ValueError(f"{len(found)} of the documents are in {tx.out} already ({shown}); "
                          f"update them instead (Index.update, `propdex add --update`)")
+    gone = _missing(tx, {d.id for d in docs}) if delete_missing else {}
+    if delete_missing and not docs and gone:
+        raise ValueError(f"the inputs gave no document ({sum(skipped.values())} skipped: {dict(skipped)}), so deleting "
+                         f"what they miss would empty {tx.out}; to delete documents, name them (`propdex delete`)")
     same = _unchanged(tx, docs, found)
     docs = [d for d in docs if d.id not in same]
     found = {doc_id: at for doc_id, at in found.items() if doc_id not in same}
     nothing = {"added": 0, "replaced": 0, "unchanged": len(same), "skipped": dict(skipped)}
+    nothing |= {"deleted": len(gone)} if delete_missing else {}
+    if gone:
+        shown = ", ".join(list(gone)[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+        log.info("deleting %d documents of %s that the inputs no longer hold: %s", len(gone), tx.out, shown)
     if not docs:
-        if skipped:  # nothing to commit, but say so
+        if gone:
+            commit_generation(tx, encoder.title, _tombstone(tx, gone))
+        elif skipped:  # nothing to commit, but say so
             log.warning("nothing added to %s: every record was %s (%s skipped: %s)", tx.out,
                         "skipped or unchanged" if same else "skipped", sum(skipped.values()), dict(skipped))
         return nothing
@@ -74,7 +90,7 @@ def add(tx: Transaction, encoder: "Encoder", records: Iterable[Record], replace:
     if tx.manifest.index is None:
         phases.train(tx, new)
     garbage = phases.fill(tx, new, commit=False)
-    garbage += _tombstone(tx, found)
+    garbage += _tombstone(tx, found | gone)
     tx.manifest.shards += new
     commit_generation(tx, encoder.title, garbage)
     log.info("added %d documents to %s (%d replaced, %d unchanged) in %d shard(s)", len(docs), tx.out, len(found),
@@ -309,6 +325,17 @@ def find(tx: Transaction, doc_ids: list[str]) -> dict[str, tuple[int, int]]:
                     found[doc_id] = (i, o)
         store.close()
     return found
+
+
+def _missing(tx: Transaction, named: set[str]) -> dict[str, tuple[int, int]]:
+    """The live documents whose id is not in `named`: id -> (shard position, ordinal)."""
+    out: dict[str, tuple[int, int]] = {}
+    for i, s in enumerate(tx.manifest.shards):
+        store = tx.store(s)
+        dead = set(tx.deleted(s).tolist())
+        out.update((doc_id, (i, o)) for doc_id, o in store.id_ordinals() if o not in dead and doc_id not in named)
+        store.close()
+    return out
 
 
 def _unchanged(tx: Transaction, docs: list, found: dict[str, tuple[int, int]]) -> set[str]:

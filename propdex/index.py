@@ -171,11 +171,15 @@ class Index:
         Returns {added, replaced, unchanged, skipped}."""
         return self._write(documents, replace=False)
 
-    def update(self, documents: Iterable[Mapping[str, Any] | Document]) -> dict[str, Any]:
+    def update(self, documents: Iterable[Mapping[str, Any] | Document], *, delete_missing: bool = False) -> dict[str, Any]:
         """Add documents, replacing any the index holds under the same id;
         one equal to the stored document is left alone (`unchanged`), so
-        updating from a whole folder re-encodes only what changed."""
-        return self._write(documents, replace=True)
+        updating from a whole folder re-encodes only what changed. With
+        `delete_missing`, the same commit deletes every document that
+        `documents` does not name (`deleted`): the index then mirrors the
+        folder, notes removed from it included. Records skipped this time
+        name nothing, so their earlier versions go too."""
+        return self._write(documents, replace=True, delete_missing=delete_missing)
 
     def delete(self, ids: str | Iterable[str]) -> dict[str, Any]:
         """Delete documents by id. Returns {deleted, missing}."""
@@ -192,11 +196,12 @@ class Index:
             self.refresh()
         return result
 
-    def _write(self, documents: Iterable[Mapping[str, Any] | Document], replace: bool) -> dict[str, Any]:
+    def _write(self, documents: Iterable[Mapping[str, Any] | Document], replace: bool,
+               delete_missing: bool = False) -> dict[str, Any]:
         if isinstance(documents, (str, bytes, Mapping, Document)):
             raise ValueError(f"give a list of documents (one document: [doc]), not a {type(documents).__name__}")
         with self._writes:
-            result = self._writer().add(_records(documents), replace=replace)
+            result = self._writer().add(_records(documents), replace=replace, delete_missing=delete_missing)
             self.refresh()
         return result
 

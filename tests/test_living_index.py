@@ -196,6 +196,42 @@ def test_a_document_handed_in_whole_passes_the_readers_gate(tmp_path, encoder, c
     index.close()
 
 
+def test_a_sync_mirrors_the_folder_and_refuses_to_empty_the_index(tmp_path, encoder, capsys):
+    """update(delete_missing=True) deletes, in the same commit, what the
+    folder no longer holds; a read with no document deletes nothing."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for name, text in (("a.md", "The launch moved to June."), ("b.md", "Ana owns the budget."), ("c.md", "Tom buys seeds.")):
+        (notes / name).write_text(text + "\n")
+    index = propdex.Index.create(tmp_path / "i", encoder)
+    assert index.add(propdex.read_corpus([notes]))["added"] == 3
+    (notes / "b.md").unlink()
+    (notes / "c.md").write_text("Tom buys seeds and bulbs.\n")
+    (notes / "d.md").write_bytes(b"caf\xe9\n")  # skipped: names no document
+    generation = index.manifest["generation"]
+    result = index.update(propdex.read_corpus([notes]), delete_missing=True)
+    assert result == {"added": 1, "replaced": 1, "unchanged": 1, "deleted": 1, "skipped": {"invalid_utf8": 1}}
+    assert index.manifest["generation"] == generation + 1  # one commit: the change and the deletion together
+    assert sorted(Path(h.doc_id).name for h in index.search("budget seeds launch", k=10)) == ["a.md", "c.md"]
+    # A note's removal alone is a commit of its own; nothing else is encoded.
+    (notes / "a.md").unlink()
+    assert index.update(propdex.read_corpus([notes]), delete_missing=True) == {
+        "added": 0, "replaced": 0, "unchanged": 1, "deleted": 1, "skipped": {"invalid_utf8": 1}}
+    assert len(index) == 1 and str(notes / "c.md") in index
+    # An emptied read (a wrong folder, every file unreadable) would delete everything: refused, nothing changed.
+    (notes / "c.md").unlink()
+    with pytest.raises(ValueError, match="no document.*would empty"):
+        index.update(propdex.read_corpus([notes]), delete_missing=True)
+    assert len(index.refresh()) == 1
+    # The command line says what it did, and wants --update beside --delete-missing.
+    (notes / "e.md").write_text("Eve paints the fence.\n")
+    assert main(["-q", "add", str(tmp_path / "i"), str(notes), "--update", "--delete-missing", "--device", "cpu"]) == 0
+    assert "added 1 documents to" in (out := capsys.readouterr().out) and "(0 replaced, 0 unchanged, 1 deleted)" in out
+    assert [h.doc_id for h in index.refresh().search("who paints?", k=5)] == [str(notes / "e.md")]
+    assert main(["-q", "add", str(tmp_path / "i"), str(notes), "--delete-missing", "--device", "cpu"]) != 0
+    index.close()
+
+
 def test_metadata_from_numpy_and_dates_is_stored_and_filtered_as_json_holds_it(tmp_path, encoder):
     import datetime
 
