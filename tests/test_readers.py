@@ -648,3 +648,70 @@ def test_text_files_are_known_by_name_and_may_be_compressed_or_huge(tmp_path: Pa
         read_corpus([plain])
     (big,) = read_corpus([plain], format="text", max_chars=10)
     assert isinstance(big, Skip) and big.reason == "too_large" and big.source == str(plain)
+
+
+# ------------------------------------------------------------------------- PDF
+
+
+def pdf_bytes(pages: list[list[str]], title: str | None = None) -> bytes:
+    """A real PDF, written by hand: each page's lines set in Helvetica, one
+    text line under the other, as a word processor lays out prose."""
+    def literal(s: str) -> str:
+        return "(" + s.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ")"
+
+    n = len(pages)
+    font, info = 3 + 2 * n, 4 + 2 * n
+    objects = {1: "<< /Type /Catalog /Pages 2 0 R >>",
+               2: f"<< /Type /Pages /Kids [{' '.join(f'{3 + 2 * i} 0 R' for i in range(n))}] /Count {n} >>",
+               font: "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+               info: f"<< /Title {literal(title)} >>" if title else "<< >>"}
+    for i, lines in enumerate(pages):
+        shown = " T* ".join(f"{literal(line)} Tj" for line in lines)
+        stream = f"BT /F1 11 Tf 14 TL 72 720 Td {shown} ET" if lines else ""
+        objects[3 + 2 * i] = (f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+                              f"/Resources << /Font << /F1 {font} 0 R >> >> /Contents {4 + 2 * i} 0 R >>")
+        objects[4 + 2 * i] = f"<< /Length {len(stream.encode('latin-1'))} >>\nstream\n{stream}\nendstream"
+    out, offsets = b"%PDF-1.4\n", {}
+    for k in sorted(objects):
+        offsets[k] = len(out)
+        out += f"{k} 0 obj\n{objects[k]}\nendobj\n".encode("latin-1")
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += "".join(f"{offsets[k]:010d} 00000 n \n" for k in sorted(objects)).encode()
+    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R /Info {info} 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return out
+
+
+def test_a_pdf_is_one_document_its_pages_in_order_and_a_bad_one_a_counted_skip(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("pypdf")
+    paper = tmp_path / "papers" / "retrieval.pdf"
+    paper.parent.mkdir()
+    paper.write_bytes(pdf_bytes([
+        ["Late interaction keeps one vector for every token of a passage and scores",
+         "a query by the sum of its tokens best matches, which is called MaxSim. Its retrie-",
+         "val quality is high."],
+        ["Compression keeps the index small.", "Results"],
+    ], title="Late  interaction, explained"))
+    (tmp_path / "papers" / "scan.pdf").write_bytes(pdf_bytes([[], []]))  # images only: no text layer
+    (tmp_path / "papers" / "torn.pdf").write_bytes(pdf_bytes([["Half a file."]])[:60])
+    (tmp_path / "papers" / "misnamed.bin").write_bytes(pdf_bytes([["Content, not the name, says PDF."]]))
+    assert detect_format(paper) == "pdf" and detect_format(tmp_path / "papers" / "misnamed.bin") == "pdf"
+    records = list(read_corpus([tmp_path / "papers"]))
+    skips = {Path(r.source).name: r.reason for r in records if isinstance(r, Skip)}
+    assert skips == {"scan.pdf": "empty", "torn.pdf": "unreadable"}
+    misnamed, pdf = docs(records)
+    check_document(pdf)
+    assert pdf.id == str(paper) and pdf.title == "Late interaction, explained" and misnamed.title == "misnamed"
+    assert pdf.metadata == {"path": str(paper), "pages": 2}
+    # Set lines join into sentences, a word hyphenated over a line break is whole, pages end paragraphs.
+    assert [pdf.text[a:b] for a, b in pdf.sentences] == [
+        "Late interaction keeps one vector for every token of a passage and scores a query by the sum of its tokens "
+        "best matches, which is called MaxSim.",
+        "Its retrieval quality is high.",
+        "Compression keeps the index small.",
+        "Results",
+    ]
+    # Without pypdf the file is still counted, and the skip says what to install.
+    monkeypatch.setitem(__import__("sys").modules, "pypdf", None)
+    (skip,) = read_corpus([paper])
+    assert isinstance(skip, Skip) and skip.reason == "unreadable" and "propdex[pdf]" in skip.detail

@@ -18,7 +18,7 @@ from typing import Any
 
 from propdex.encoders.provenance import sha256_file
 
-from . import beir, hotpotqa, jsonl, mediawiki, propsegment, text, wikiextractor
+from . import beir, hotpotqa, jsonl, mediawiki, pdf, propsegment, text, wikiextractor
 from .base import FORMATS, FileSkip, Record, Skip
 from .detect import detect_format, sniff, walk
 from .streams import STREAM_ERRORS, DamagedMembers, is_compressed
@@ -34,6 +34,7 @@ READERS: dict[str, Callable[[Path, int], Iterator[Record]]] = {
     "mediawiki": mediawiki.read,
     "wikiextractor": wikiextractor.read,
     "text": text.read,
+    "pdf": pdf.read,
 }
 
 

@@ -110,9 +110,11 @@ def _is_text_name(path: Path) -> bool:
 
 
 def _format_of_head(head: bytes) -> str | None:
-    """The format a file's beginning shows: XML roots for the wiki formats,
+    """The format a file's beginning shows: PDF's magic, XML roots for the wiki formats,
     a JSON array's telling keys for HotpotQA and PropSegment, an object for
     JSON Lines; None for anything else (a JSON array of other records too)."""
+    if head.startswith(b"%PDF-"):
+        return "pdf"
     start = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
     if start.startswith("<mediawiki") or (start.startswith("<?xml") and "<mediawiki" in start):
         return "mediawiki"
