@@ -715,3 +715,49 @@ def test_a_pdf_is_one_document_its_pages_in_order_and_a_bad_one_a_counted_skip(t
     monkeypatch.setitem(__import__("sys").modules, "pypdf", None)
     (skip,) = read_corpus([paper])
     assert isinstance(skip, Skip) and skip.reason == "unreadable" and "propdex[pdf]" in skip.detail
+
+
+# ------------------------------------------------------------------------ HTML
+
+
+LLAMA_HTML = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>Llama &amp; alpaca care</title>
+<meta name="author" content="Ana Ruiz"><meta name="keywords" content="llamas, farming , animals">
+<style>body { color: red }</style><script>var x = "never shown";</script></head>
+<body><h1>Caring for <em>llamas</em></h1>
+<p>Llamas need
+   shelter from rain and a com<b>pan</b>ion; a lone llama is stressed.<br>They eat hay.</p>
+<ul><li>Trim toenails every <b>two</b> months.</li><li>Shear in spring.</li></ul>
+<pre>feed(llama)
+water(llama)</pre>
+<table><tr><td>Age</td><td>Weight</td></tr></table>
+</body></html>
+"""
+
+
+def test_an_html_page_is_the_text_a_browser_shows_titled_by_its_title(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "llamas.html").write_text(LLAMA_HTML)
+    # No <title>: the first <h1>, whole. Declared latin-1: read as the page says. No suffix: its opening says HTML.
+    (site / "cafe.htm").write_bytes('<html><meta charset="iso-8859-1"><h1>Caf\xe9 <i>cr\xe8me</i></h1><p>Strong.</p></html>'
+                                    .encode("latin-1"))
+    (site / "saved").write_text("<!doctype html><p>Saved without a name.</p>")
+    (site / "blank.html").write_text("<html><head><title>Only a title</title></head><body> </body></html>")
+    (site / "odd.html").write_text('<html><meta charset="klingon"><p>Qapla.</p></html>')
+    (site / "bad.html").write_bytes(b"<html><p>caf\xe9</p></html>")
+    assert detect_format(site / "saved") == "html" and detect_format(site / "cafe.htm") == "html"
+    records = list(read_corpus([site]))
+    assert {Path(r.source).name: r.reason for r in records if isinstance(r, Skip)} == {
+        "blank.html": "empty", "odd.html": "unreadable", "bad.html": "invalid_utf8"}
+    cafe, llamas, saved = docs(records)
+    for doc in (cafe, llamas, saved):
+        check_document(doc)
+    assert llamas.title == "Llama & alpaca care" and llamas.id == str(site / "llamas.html")
+    assert llamas.metadata == {"path": llamas.id, "author": "Ana Ruiz", "keywords": ["llamas", "farming", "animals"]}
+    # Blocks and <br> end lines, inline elements join into them, <pre> keeps its lines; head, style and script are gone.
+    assert [llamas.text[a:b] for a, b in llamas.sentences] == [
+        "Caring for llamas", "Llamas need shelter from rain and a companion; a lone llama is stressed.", "They eat hay.",
+        "Trim toenails every two months.", "Shear in spring.", "feed(llama)", "water(llama)", "Age", "Weight"]
+    assert cafe.title == "Café crème" and cafe.text == "Café crème\n\nStrong."
+    assert saved.title == "saved" and saved.text == "Saved without a name."

@@ -18,7 +18,7 @@ from typing import Any
 
 from propdex.encoders.provenance import sha256_file
 
-from . import beir, hotpotqa, jsonl, mediawiki, pdf, propsegment, text, wikiextractor
+from . import beir, hotpotqa, html, jsonl, mediawiki, pdf, propsegment, text, wikiextractor
 from .base import FORMATS, FileSkip, Record, Skip
 from .detect import detect_format, sniff, walk
 from .streams import STREAM_ERRORS, DamagedMembers, is_compressed
@@ -35,6 +35,7 @@ READERS: dict[str, Callable[[Path, int], Iterator[Record]]] = {
     "wikiextractor": wikiextractor.read,
     "text": text.read,
     "pdf": pdf.read,
+    "html": html.read,
 }
 
 

@@ -5,7 +5,8 @@ magic bytes, whatever their name), because corpora are renamed, split and
 compressed freely; the file name is the fallback only when a compressed
 file is too damaged to read its beginning. Plain text and Markdown are the
 exception: they have no telling content, so their names say it
-(TEXT_SUFFIXES), and a folder of notes reads without a `--format`.
+(TEXT_SUFFIXES), and a folder of notes reads without a `--format`. An HTML
+page is known by its name (HTML_SUFFIXES) or by how it opens.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from . import beir, propsegment
 from .base import FORMATS, TEXT_SUFFIXES, Skip
+from .html import HTML_SUFFIXES
 from .streams import STREAM_ERRORS, bare_name, open_binary
 
 _SNIFF_BYTES = 64 * 1024
@@ -83,6 +85,8 @@ def sniff(path: Path) -> tuple[str | None, str | None]:
         return "propsegment", None
     if _is_text_name(path):
         return "text", None
+    if bare_name(path).suffix.lower() in HTML_SUFFIXES:
+        return "html", None
     head, error = _head(path)
     fmt = _format_of_head(head)
     if fmt is None and error is not None:
@@ -110,7 +114,7 @@ def _is_text_name(path: Path) -> bool:
 
 
 def _format_of_head(head: bytes) -> str | None:
-    """The format a file's beginning shows: PDF's magic, XML roots for the wiki formats,
+    """The format a file's beginning shows: PDF's magic, an HTML page's opening, XML roots for the wiki formats,
     a JSON array's telling keys for HotpotQA and PropSegment, an object for
     JSON Lines; None for anything else (a JSON array of other records too)."""
     if head.startswith(b"%PDF-"):
@@ -120,6 +124,8 @@ def _format_of_head(head: bytes) -> str | None:
         return "mediawiki"
     if re.match(r"<doc\s", start):
         return "wikiextractor"
+    if re.match(r"<!doctype\s+html|<html[\s>]", start, re.I):
+        return "html"
     if start.startswith("["):
         if '"source_dataset"' in start and '"sentence_text"' in start:
             return "propsegment"
