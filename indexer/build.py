@@ -138,8 +138,11 @@ class IndexWriter:
                 raise ValueError(f"{self.out} is a part of a build (--num-shards/--shard-id); merge the parts with `propdex merge`")
             changed = _changed_inputs(manifest.inputs, self.inputs)
             if changed:
-                raise ValueError(f"{self.out}: the inputs changed since its build began ({changed}); use another --out, "
-                                 f"delete it to rebuild, or add the new inputs to it with `propdex add`")
+                paths = " ".join(str(p) for p in manifest.inputs.get("paths", [])) or "INPUT..."
+                sync = (f", or bring it up to date with them (`propdex add {self.out} {paths} --update --delete-missing`)"
+                        if manifest.status == Status.COMPLETE else "")
+                raise ValueError(f"{self.out}: the inputs changed since its build began ({changed}); use another --out "
+                                 f"or delete it to rebuild{sync}")
             manifest.inputs = self.inputs  # adopts file fingerprints where an older build had none
             # A run with bm25 on completes an index that lacks it.
             if manifest.settings.bm25 and not manifest.lexical and manifest.status == Status.COMPLETE and manifest.shards:

@@ -100,6 +100,12 @@ def test_a_rerun_on_changed_inputs_says_which_file_changed(tmp_path, tiny_dir, h
     err = capsys.readouterr().err
     assert "inputs changed" in err and "a.jsonl changed" in err and "c.jsonl is new" in err
     assert read_manifest(tmp_path / "ix")["counts"]["documents"] == 6  # the index is untouched
+    # The command the error offers brings the index up to date: the two new documents in, nothing else encoded.
+    offered = err.split("`")[1].split()
+    assert offered[:2] == ["propdex", "add"] and "--delete-missing" in offered
+    assert main(["-q", *offered[1:], "--device", "cpu"]) == 0
+    assert "added 2 documents" in capsys.readouterr().out
+    assert read_manifest(tmp_path / "ix")["counts"]["documents"] == 8
 
 
 def test_one_writer_at_a_time(tmp_path, tiny, hotpot_docs):
