@@ -8,8 +8,10 @@ overlaps what is taken already adds only what is new; a piece that would
 pass the budget is left out and the walk goes on, since a shorter one
 further down may still fit. The text keeps each document's pieces together
 under its title, in document order, documents in the order their first
-piece was taken: sentences that follow each other are joined by a space,
-others by " ... ". The budget counts every whitespace-separated word of the
+piece was taken: sentences that follow each other are joined as the
+document joins them, by a line break where one lies between them (a
+heading, a list item, a new paragraph stays a line of its own) and else by
+a space; others by " ... ". The budget counts every whitespace-separated word of the
 text, titles and " ... " included, so it is never exceeded.
 
 Every piece is cited: document id, sentence index, the characters it
@@ -112,7 +114,7 @@ def _block(hit: Hit, by_sentence: dict[int, list[tuple[int, int]]]) -> tuple[str
         spans = _merge(by_sentence[s])
         whole = _covers(doc.text, spans, *sentences[s])
         if previous is not None:
-            gap = " " if s == previous + 1 else GAP
+            gap = GAP if s != previous + 1 else "\n" if "\n" in doc.text[sentences[previous][1]:sentences[s][0]] else " "
             parts.append(gap)
             at += len(gap)
         for i, (a, b) in enumerate(spans):

@@ -69,6 +69,20 @@ def test_context_merges_repeats_keeps_document_order_under_titles_and_cites_char
     assert sentence.text == "Ada\n" + SENTENCES[0] + " ... " + SENTENCES[3]
 
 
+def test_sentences_that_follow_each_other_keep_the_line_breaks_between_them():
+    from propdex.encoders.text import split_sentences
+
+    text = "Budget meeting\n\nWe cut travel. Alice drafts the plan.\n- Bob checks quotes.\n- Eve books rooms."
+    doc = Document("n", text, "Notes", tuple(split_sentences(text)))
+    assert len(doc.sentences) == 5
+    context = pack([_hit(doc, i, rank=i + 1) for i in (1, 0, 2, 3, 4)], 200, "sentence")
+    # A heading and list items stay lines of their own; sentences of one paragraph share a line.
+    assert context.text == "Notes\nBudget meeting\nWe cut travel. Alice drafts the plan.\n- Bob checks quotes.\n- Eve books rooms."
+    assert context.words == len(text.split()) + 1
+    for c in context.citations:
+        assert context.text[c.at:c.at + c.end - c.start] == text[c.start:c.end]
+
+
 def test_units_pack_their_own_spans_and_overlaps_merge():
     a = _doc("a")
     s = SENTENCES[0]
