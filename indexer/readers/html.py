@@ -16,15 +16,14 @@ bytes (`<meta charset>`), as browsers read it.
 from __future__ import annotations
 
 import codecs
-import os
 import re
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
-from .base import Record, Skip, document
+from .base import Record, Skip
 from .paragraphs import paragraphs
-from .streams import bare_name, open_binary
+from .text import file_bytes, file_document
 
 HTML_SUFFIXES = (".html", ".htm", ".xhtml")
 # Elements whose text a reader never sees.
@@ -45,20 +44,16 @@ def read(path: Path, max_chars: int) -> Iterator[Record]:
 
 
 def _html_record(path: Path, max_chars: int) -> Record:
-    source = str(path)
-    with open_binary(path) as f:
-        data = f.read(4 * max_chars + 1)
-    if len(data) > 4 * max_chars:
-        return Skip("too_large", source, f"more than {4 * max_chars} bytes")
+    data = file_bytes(path, max_chars)
+    if isinstance(data, Skip):
+        return data
     text, problem = _decoded(data)
     if text is None:
-        return Skip("invalid_utf8" if problem.startswith("not utf-8") else "unreadable", source, problem)
+        return Skip("invalid_utf8" if problem.startswith("not utf-8") else "unreadable", str(path), problem)
     page = _Page()
     page.feed(text)
     page.close()
-    doc_id = os.path.abspath(path)
-    title = page.title or page.first_h1 or bare_name(path).stem
-    return document(doc_id, paragraphs(page.lines), title, source, max_chars, metadata={"path": doc_id, **page.meta})
+    return file_document(path, paragraphs(page.lines), page.title or page.first_h1, max_chars, page.meta)
 
 
 def _decoded(data: bytes) -> tuple[str | None, str]:

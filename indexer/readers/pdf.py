@@ -15,14 +15,14 @@ says why; a PDF of scanned images without a text layer is an `empty` skip.
 from __future__ import annotations
 
 import io
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from . import markdown
-from .base import Record, Skip, document
-from .streams import bare_name, open_binary
+from .base import Record, Skip
+from .streams import open_binary
+from .text import file_document
 
 # A word broken at a line's end: "retrie-" then "val ..." reads "retrieval".
 _BROKEN_WORD = re.compile(r"(?<=[^\W\d_])-\n(?=[a-z])")
@@ -49,9 +49,7 @@ def _pdf_record(path: Path, max_chars: int) -> Record:
     except Exception as e:  # noqa: BLE001 - a third-party parser's errors on bad bytes are many and unlisted
         return Skip("unreadable", source, f"not a readable PDF: {type(e).__name__}: {e}")
     body = "\n\n".join(page_text(p) for p in pages).strip()
-    doc_id = os.path.abspath(path)
-    title = " ".join(str(named).split()) or bare_name(path).stem
-    return document(doc_id, body, title, source, max_chars, metadata={"path": doc_id, "pages": len(pages)})
+    return file_document(path, body, " ".join(str(named).split()), max_chars, {"pages": len(pages)})
 
 
 def page_text(text: str) -> str:

@@ -15,6 +15,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from . import markdown
 from .base import Record, Skip, document
@@ -27,14 +28,31 @@ def read(path: Path, max_chars: int) -> Iterator[Record]:
     yield _text_record(path, max_chars)
 
 
+def file_bytes(path: Path, max_chars: int) -> bytes | Skip:
+    """A whole file's bytes, or the Skip for one too large to be a text of
+    `max_chars`, told before decoding: UTF-8 spends at most 4 bytes a character."""
+    with open_binary(path) as f:
+        data = f.read(4 * max_chars + 1)
+    if len(data) > 4 * max_chars:
+        return Skip("too_large", str(path), f"more than {4 * max_chars} bytes")
+    return data
+
+
+def file_document(path: Path, text: str, title: str, max_chars: int, fields: dict[str, Any]) -> Record:
+    """A whole file as one Document (a note, a PDF, a page): its id is its
+    absolute path, and so is its `path` metadata (the file's own fields
+    win); untitled, it is titled by its name without its suffix."""
+    doc_id = os.path.abspath(path)
+    return document(doc_id, text, title or bare_name(path).stem, str(path), max_chars, metadata={"path": doc_id, **fields})
+
+
 def _text_record(path: Path, max_chars: int) -> Record:
     """The file's Document, or the Skip for a file too large to be one text
-    (checked on bytes, before decoding) or not UTF-8."""
+    or not UTF-8."""
     source = str(path)
-    with open_binary(path) as f:
-        data = f.read(4 * max_chars + 1)  # UTF-8 spends at most 4 bytes a character
-    if len(data) > 4 * max_chars:
-        return Skip("too_large", source, f"more than {4 * max_chars} bytes")
+    data = file_bytes(path, max_chars)
+    if isinstance(data, Skip):
+        return data
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -54,5 +72,4 @@ def _text_record(path: Path, max_chars: int) -> Record:
     body = markdown.unwrap(lines, markup)
     if markup:
         body = markdown.link_text(body)
-    doc_id = os.path.abspath(path)
-    return document(doc_id, body, title or bare_name(path).stem, source, max_chars, metadata={"path": doc_id, **fields})
+    return file_document(path, body, title, max_chars, fields)
