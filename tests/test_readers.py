@@ -761,3 +761,52 @@ def test_an_html_page_is_the_text_a_browser_shows_titled_by_its_title(tmp_path: 
         "Trim toenails every two months.", "Shear in spring.", "feed(llama)", "water(llama)", "Age", "Weight"]
     assert cafe.title == "Café crème" and cafe.text == "Café crème\n\nStrong."
     assert saved.title == "saved" and saved.text == "Saved without a name."
+
+
+# ------------------------------------------------------------------------ Word
+
+
+def docx_bytes(paragraphs: list[str], core: str | None = None) -> bytes:
+    """A .docx as Word writes one: a zip of Office Open XML; each paragraph's
+    XML given inside <w:p>."""
+    import io
+    import zipfile
+
+    w = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+    body = "".join(f"<w:p>{p}</w:p>" for p in paragraphs)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("[Content_Types].xml", '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"/>')
+        z.writestr("word/document.xml", f'<?xml version="1.0"?><w:document {w}><w:body>{body}</w:body></w:document>')
+        if core is not None:
+            z.writestr("docProps/core.xml", '<cp:coreProperties xmlns:cp="http://schemas.openxmlformats.org/package/2006/'
+                       f'metadata/core-properties" xmlns:dc="http://purl.org/dc/elements/1.1/">{core}</cp:coreProperties>')
+    return out.getvalue()
+
+
+def test_a_word_document_is_its_paragraphs_as_a_reader_sees_them(tmp_path: Path) -> None:
+    import zipfile
+
+    run = lambda text: f"<w:r><w:t xml:space=\"preserve\">{text}</w:t></w:r>"
+    report = tmp_path / "report.docx"
+    report.write_bytes(docx_bytes([
+        '<w:pPr><w:pStyle w:val="Title"/></w:pPr>' + run("Quarterly ") + run("report"),
+        run("We cut travel by a third. ") + "<w:del><w:r><w:delText>Old plan.</w:delText></w:r></w:del>" + run("Alice drafts."),
+        run("Bob checks") + "<w:r><w:tab/></w:r>" + run("quotes.") + "<w:r><w:br/></w:r>" + run("Eve books rooms."),
+        "<w:tbl><w:tr><w:tc><w:p>" + run("GPUs") + "</w:p></w:tc></w:tr></w:tbl>",
+    ], core="<dc:creator> Ana  Ruiz </dc:creator>"))
+    titled = tmp_path / "titled.docx"
+    titled.write_bytes(docx_bytes([run("Body.")], core="<dc:title>From the properties</dc:title>"))
+    (tmp_path / "torn.docx").write_bytes(report.read_bytes()[:100])
+    with zipfile.ZipFile(tmp_path / "other.docx", "w") as z:
+        z.writestr("readme.txt", "a zip, not a Word document")
+    records = list(read_corpus([tmp_path]))
+    assert {Path(r.source).name: r.reason for r in records if isinstance(r, Skip)} == {
+        "torn.docx": "unreadable", "other.docx": "unreadable"}
+    doc, named = docs(records)
+    check_document(doc)
+    assert doc.id == str(report) and doc.title == "Quarterly report" and doc.metadata == {"path": doc.id, "author": "Ana Ruiz"}
+    # Paragraphs are lines; a deleted run is gone; a tab is a space and a line break a new line; table cells are paragraphs.
+    assert [doc.text[a:b] for a, b in doc.sentences] == [
+        "Quarterly report", "We cut travel by a third.", "Alice drafts.", "Bob checks quotes.", "Eve books rooms.", "GPUs"]
+    assert named.title == "From the properties" and named.text == "Body." and named.metadata == {"path": named.id}

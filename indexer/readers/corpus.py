@@ -18,7 +18,7 @@ from typing import Any
 
 from propdex.encoders.provenance import sha256_file
 
-from . import beir, hotpotqa, html, jsonl, mediawiki, pdf, propsegment, text, wikiextractor
+from . import beir, docx, hotpotqa, html, jsonl, mediawiki, pdf, propsegment, text, wikiextractor
 from .base import FORMATS, FileSkip, Record, Skip
 from .detect import detect_format, sniff, walk
 from .streams import STREAM_ERRORS, DamagedMembers, is_compressed
@@ -36,6 +36,7 @@ READERS: dict[str, Callable[[Path, int], Iterator[Record]]] = {
     "text": text.read,
     "pdf": pdf.read,
     "html": html.read,
+    "docx": docx.read,
 }
 
 

@@ -6,7 +6,8 @@ compressed freely; the file name is the fallback only when a compressed
 file is too damaged to read its beginning. Plain text and Markdown are the
 exception: they have no telling content, so their names say it
 (TEXT_SUFFIXES), and a folder of notes reads without a `--format`. An HTML
-page is known by its name (HTML_SUFFIXES) or by how it opens.
+page is known by its name (HTML_SUFFIXES) or by how it opens, a Word
+document by its name (DOCX_SUFFIXES: a zip opens as any zip does).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from . import beir, propsegment
 from .base import FORMATS, TEXT_SUFFIXES, Skip
+from .docx import DOCX_SUFFIXES
 from .html import HTML_SUFFIXES
 from .streams import STREAM_ERRORS, bare_name, open_binary
 
@@ -87,6 +89,8 @@ def sniff(path: Path) -> tuple[str | None, str | None]:
         return "text", None
     if bare_name(path).suffix.lower() in HTML_SUFFIXES:
         return "html", None
+    if path.suffix.lower() in DOCX_SUFFIXES:
+        return "docx", None
     head, error = _head(path)
     fmt = _format_of_head(head)
     if fmt is None and error is not None:
