@@ -1,7 +1,7 @@
 """`propdex serve`: an index behind HTTP (FastAPI + uvicorn, the `[serve]` extra).
 
     GET    /v1/search?q=...&k=10&level=doc     one query (every search option; where=year>=2020, repeatable)
-    POST   /v1/search                          {"queries": [...], "k", "level", "where", "hybrid", ...}
+    POST   /v1/search                          {"query": "..."} or {"queries": [...]}, "k", "level", "where", "hybrid", ...
     POST   /v1/context                         {"query", "words": 200, "level": "sentence", "where", "hybrid", ...}:
                                                the best hits packed into a prompt, every piece cited
     GET    /v1/docs/{id}                       the stored document
@@ -26,7 +26,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, Field, create_model, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from propdex.index import Index
@@ -63,7 +63,16 @@ GetOptions = create_model("GetOptions", **option_fields(get=True))
 
 
 class SearchRequest(SearchOptions):
-    queries: list[str] = Field(min_length=1, max_length=MAX_QUERIES)
+    """One `query` (answered as GET answers it) or a batch of `queries`, not both."""
+
+    query: str | None = None
+    queries: list[str] | None = Field(None, min_length=1, max_length=MAX_QUERIES)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "SearchRequest":
+        if (self.query is None) == (self.queries is None):
+            raise ValueError("give one query (\"query\": \"...\") or a batch (\"queries\": [...]), not both")
+        return self
 
 
 class ContextRequest(SearchOptions):
@@ -144,7 +153,10 @@ def create_app(index: Index, token: str | None = None) -> FastAPI:
 
     @app.post("/v1/search")
     def search_many(body: SearchRequest) -> dict[str, Any]:
-        options = body.model_dump(exclude={"queries"}, exclude_none=True)
+        options = body.model_dump(exclude={"query", "queries"}, exclude_none=True)
+        if body.query is not None:
+            return {"query": body.query, "results": _search(index, [body.query], **options)[0]}
+        assert body.queries is not None
         results = _search(index, body.queries, **options)
         return {"results": [{"query": q, "results": hits} for q, hits in zip(body.queries, results)]}
 

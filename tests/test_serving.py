@@ -124,6 +124,9 @@ def test_every_route(server):
     many = httpx.post(f"{server}/v1/search", json={"queries": ["a river", "a band"], "k": 4, "where": {"batch": 1}, "hybrid": True}).json()
     assert [r["query"] for r in many["results"]] == ["a river", "a band"]
     assert all(len(r["results"]) == 4 and all(h["metadata"]["batch"] == 1 for h in r["results"]) for r in many["results"])
+    # One query by POST is answered as GET answers it, its filter given as JSON.
+    single = httpx.post(f"{server}/v1/search", json={"query": "a river", "k": 4, "where": {"batch": 1}, "hybrid": True}).json()
+    assert single == {"query": "a river", "results": many["results"][0]["results"]}
     # A GET takes every search option; its filter is the command line's clauses.
     got = httpx.get(f"{server}/v1/search", params={"q": "a river", "k": 4, "hybrid": True, "where": "batch=1"}).json()
     assert [h["doc_id"] for h in got["results"]] == [h["doc_id"] for h in many["results"][0]["results"]]
@@ -161,6 +164,9 @@ def test_every_route(server):
     (("GET", "/v1/search", {"params": {"q": "x", "where": "batch"}}), 400, "where: expected FIELD=VALUE"),
     (("GET", "/v1/search", {"params": {"q": "x", "rerank": 0}}), 400, "rerank must be at least 1"),
     (("POST", "/v1/search", {"json": {"queries": []}}), 400, "queries"),
+    (("POST", "/v1/search", {"json": {"k": 3}}), 400, "give one query"),
+    (("POST", "/v1/search", {"json": {"query": "x", "queries": ["y"]}}), 400, "not both"),
+    (("POST", "/v1/search", {"json": {"query": " "}}), 400, "empty query"),
     (("POST", "/v1/search", {"json": {"queries": ["x"], "where": {"batch": {"a": 1}}}}), 400, "where"),
     (("POST", "/v1/search", {"content": b"{not json", "headers": {"content-type": "application/json"}}), 400, ""),
     (("POST", "/v1/search", {"content": b"x" * (17 << 20), "headers": {"content-type": "application/json"}}), 413, "body"),
