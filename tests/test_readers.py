@@ -810,3 +810,53 @@ def test_a_word_document_is_its_paragraphs_as_a_reader_sees_them(tmp_path: Path)
     assert [doc.text[a:b] for a, b in doc.sentences] == [
         "Quarterly report", "We cut travel by a third.", "Alice drafts.", "Bob checks quotes.", "Eve books rooms.", "GPUs"]
     assert named.title == "From the properties" and named.text == "Body." and named.metadata == {"path": named.id}
+
+
+# ------------------------------------------------------- JSON documents, notebooks
+
+
+def test_a_json_document_is_read_whole_and_other_json_is_one_skip_not_one_a_line(tmp_path: Path) -> None:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "records.json").write_text(json.dumps(
+        [{"id": "a", "text": "Alpha particles are helium nuclei."}, {"id": "b", "title": "Beta", "text": "Beta decay.", "year": 1899}, 3],
+        indent=2))
+    (folder / "single.json").write_text(json.dumps({"title": "One", "text": "A record over many lines.", "tags": ["x"]}, indent=2))
+    (folder / "package.json").write_text(json.dumps({"name": "app", "version": "1.0", "scripts": {"a": "b"}}, indent=2))
+    (folder / "first_bad.txt.jsonl").write_text('{"id": 1, "text": \n{"id": "2", "text": "The second line survives."}\n')
+    (folder / "spread.data").write_text('{"id": 1,\n "text": \n')  # opens as an object, parses neither whole nor by lines
+    assert detect_format(folder / "records.json") == "json" and detect_format(folder / "single.json") == "json"
+    assert detect_format(folder / "first_bad.txt.jsonl") == "jsonl"
+    records = list(read_corpus([folder]))
+    skips = [(Path(r.source).name, r.reason) for r in records if isinstance(r, Skip)]
+    assert skips == [("first_bad.txt.jsonl:1", "malformed_json"), ("package.json", "unreadable"),
+                     ("records.json#2", "malformed_json"), ("spread.data:1", "malformed_json"), ("spread.data:2", "malformed_json")]
+    second, a, b, single = docs(records)
+    assert second.id == "2" and (a.id, b.id, b.title, b.metadata) == ("a", "b", "Beta", {"year": 1899})
+    # One object without an id is one record, known by its file's path.
+    assert single.id == str(folder / "single.json") and single.title == "One" and single.metadata == {"tags": ["x"]}
+    assert "no records" in next(r.detail for r in records if isinstance(r, Skip) and r.source.endswith("package.json"))
+
+
+def test_a_jupyter_notebook_is_its_markdown_and_code_without_outputs(tmp_path: Path) -> None:
+    nb = {"cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": ["# Churn analysis\n", "\n", "We model customer churn\n", "with [boosting](https://x.org)."]},
+        {"cell_type": "code", "metadata": {}, "execution_count": 1, "source": ["import xgboost as xgb\n", "model = xgb.XGBClassifier()"],
+         "outputs": [{"output_type": "stream", "name": "stdout", "text": ["AUC 0.91\n"]}]},
+        {"cell_type": "raw", "metadata": {}, "source": "not shown"},
+        {"cell_type": "markdown", "metadata": {}, "source": "- churn is 4% a month"}],
+        "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "churn.ipynb"
+    path.write_text(json.dumps(nb, indent=1))
+    (tmp_path / "broken.ipynb").write_text('{"cells": ')
+    (tmp_path / "odd.ipynb").write_text('{"not": "a notebook"}')
+    assert detect_format(path) == "notebook"
+    records = list(read_corpus([tmp_path]))
+    assert {Path(r.source).name: r.reason for r in records if isinstance(r, Skip)} == {
+        "broken.ipynb": "malformed_json", "odd.ipynb": "unreadable"}
+    (doc,) = docs(records)
+    check_document(doc)
+    assert doc.title == "Churn analysis" and doc.metadata == {"path": str(path), "language": "python"}
+    assert [doc.text[a:b] for a, b in doc.sentences] == [
+        "We model customer churn with boosting.", "import xgboost as xgb", "model = xgb.XGBClassifier()", "- churn is 4% a month"]
+    assert "AUC" not in doc.text and "not shown" not in doc.text

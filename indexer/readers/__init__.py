@@ -16,7 +16,8 @@ are the exception: they have no telling content, so their names say it
 One module a format, one reader each, for indexing, training and eval alike:
 jsonl (and `record_from_dict` for the Python API), beir, hotpotqa,
 propsegment (with `PropSegment` for training and eval), mediawiki (rendered
-by wikitext), wikiextractor, text (unwrapped by markdown), pdf, html and docx. base holds the
+by wikitext), wikiextractor, text (unwrapped by markdown), pdf, html, docx and
+notebook (Jupyter); jsonl also reads JSON documents of records. base holds the
 records and skips, streams opens compressed files, detect tells formats,
 corpus reads paths in order.
 """

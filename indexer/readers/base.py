@@ -18,7 +18,7 @@ from propdex.encoders.units import Document
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("jsonl", "beir", "hotpotqa", "propsegment", "mediawiki", "wikiextractor", "text", "pdf", "html", "docx")
+FORMATS = ("jsonl", "json", "beir", "hotpotqa", "propsegment", "mediawiki", "wikiextractor", "text", "pdf", "html", "docx", "notebook")
 # Files read as `text` by their name, whatever they begin with (a note may open with "{" or "<").
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown", ".rst")
 # LMDB keys hold at most 511 bytes, and a document's key is "id/" + its id.

@@ -18,7 +18,7 @@ from typing import Any
 
 from propdex.encoders.provenance import sha256_file
 
-from . import beir, docx, hotpotqa, html, jsonl, mediawiki, pdf, propsegment, text, wikiextractor
+from . import beir, docx, hotpotqa, html, jsonl, mediawiki, notebook, pdf, propsegment, text, wikiextractor
 from .base import FORMATS, FileSkip, Record, Skip
 from .detect import detect_format, sniff, walk
 from .streams import STREAM_ERRORS, DamagedMembers, is_compressed
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 # One reader per format: indexing, training and eval all read through these.
 READERS: dict[str, Callable[[Path, int], Iterator[Record]]] = {
     "jsonl": jsonl.read,
+    "json": jsonl.read_json,
     "beir": beir.read,
     "hotpotqa": hotpotqa.read,
     "propsegment": propsegment.read,
@@ -37,6 +38,7 @@ READERS: dict[str, Callable[[Path, int], Iterator[Record]]] = {
     "pdf": pdf.read,
     "html": html.read,
     "docx": docx.read,
+    "notebook": notebook.read,
 }
 
 

@@ -7,10 +7,12 @@ file is too damaged to read its beginning. Plain text and Markdown are the
 exception: they have no telling content, so their names say it
 (TEXT_SUFFIXES), and a folder of notes reads without a `--format`. An HTML
 page is known by its name (HTML_SUFFIXES) or by how it opens, a Word
-document by its name (DOCX_SUFFIXES: a zip opens as any zip does).
+document by its name (DOCX_SUFFIXES: a zip opens as any zip does), a
+Jupyter notebook by its name (it opens as any JSON document does).
 """
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ from . import beir, propsegment
 from .base import FORMATS, TEXT_SUFFIXES, Skip
 from .docx import DOCX_SUFFIXES
 from .html import HTML_SUFFIXES
+from .notebook import NOTEBOOK_SUFFIXES
 from .streams import STREAM_ERRORS, bare_name, open_binary
 
 _SNIFF_BYTES = 64 * 1024
@@ -87,10 +90,14 @@ def sniff(path: Path) -> tuple[str | None, str | None]:
         return "propsegment", None
     if _is_text_name(path):
         return "text", None
+    if bare_name(path).suffix.lower() in (".jsonl", ".ndjson"):
+        return "jsonl", None  # even if its first line is bad: a JSON Lines file is never read whole
     if bare_name(path).suffix.lower() in HTML_SUFFIXES:
         return "html", None
     if path.suffix.lower() in DOCX_SUFFIXES:
         return "docx", None
+    if bare_name(path).suffix.lower() in NOTEBOOK_SUFFIXES:
+        return "notebook", None
     head, error = _head(path)
     fmt = _format_of_head(head)
     if fmt is None and error is not None:
@@ -119,8 +126,9 @@ def _is_text_name(path: Path) -> bool:
 
 def _format_of_head(head: bytes) -> str | None:
     """The format a file's beginning shows: PDF's magic, an HTML page's opening, XML roots for the wiki formats,
-    a JSON array's telling keys for HotpotQA and PropSegment, an object for
-    JSON Lines; None for anything else (a JSON array of other records too)."""
+    a JSON array's telling keys for HotpotQA and PropSegment (any other
+    array is a JSON document), an object a line for JSON Lines (an object
+    over many lines is a JSON document); None for anything else."""
     if head.startswith(b"%PDF-"):
         return "pdf"
     start = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
@@ -135,10 +143,23 @@ def _format_of_head(head: bytes) -> str | None:
             return "propsegment"
         if '"supporting_facts"' in start or '"context"' in start:
             return "hotpotqa"
-        return None
+        return "json"
     if start.startswith("{"):
-        return "jsonl"
+        return "jsonl" if _one_object_a_line(start) else "json"
     return None
+
+
+def _one_object_a_line(start: str) -> bool:
+    """Whether a file opening with `start` ("{...") is JSON Lines: its first
+    line is a whole object, or longer than the sniffed bytes (a long
+    record); else it is one JSON document spread over lines."""
+    first, newline, _ = start.partition("\n")
+    if not newline:
+        return True
+    try:
+        return isinstance(json.loads(first), dict)
+    except json.JSONDecodeError:
+        return False
 
 
 def _format_of_name(path: Path) -> str | None:

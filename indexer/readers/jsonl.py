@@ -1,19 +1,29 @@
-"""JSON Lines: one object a line with `id`/`_id`, `text`, optional `title`.
+"""JSON Lines: one object a line with `id`/`_id`, `text`, optional `title`;
+and JSON documents holding such records (`read_json`).
 
 Each line is its own record, so one bad line is one Skip ("path:line") and
 the lines after it are still read; blank lines are not records. The same
 rule reads the dicts of the Python API (`record_from_dict`), so a record
 indexes the same from a file and from `Index.add`.
+
+A JSON document (`format` "json": an array, or one object spread over
+lines) is read whole: an array's objects are records ("path#i"), one object
+with a `text` is one record (its id, else the file's absolute path), and
+any other JSON (a package.json, a settings file) is one Skip for the file,
+not one a line. A file that opens as an object but does not parse whole is
+read as JSON Lines after all, so a JSON Lines file whose first line is bad
+loses that line only.
 """
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .base import Record, Skip, document
-from .streams import open_binary
+from .base import FileSkip, Record, Skip, document
+from .streams import load_json, open_binary
 
 
 def read(path: Path, max_chars: int) -> Iterator[Record]:
@@ -23,6 +33,33 @@ def read(path: Path, max_chars: int) -> Iterator[Record]:
             if not raw.strip():
                 continue  # blank lines are not records
             yield _jsonl_record(raw, f"{path}:{lineno}", max_chars)
+
+
+def read_json(path: Path, max_chars: int) -> Iterator[Record]:
+    """The records of a JSON document (see the module)."""
+    try:
+        data = load_json(path)
+    except FileSkip as e:
+        if e.skip.reason != "malformed_json" or not _opens_as_object(path):
+            raise
+        yield from read(path, max_chars)
+        return
+    if isinstance(data, list):
+        for i, obj in enumerate(data):
+            source = f"{path}#{i}"
+            yield record_from_dict(obj, source, max_chars) if isinstance(obj, dict) else Skip(
+                "malformed_json", source, f"a JSON {type(obj).__name__}, not an object")
+    elif isinstance(data, dict) and isinstance(data.get("text"), str):
+        yield record_from_dict(data if ("id" in data or "_id" in data) else {"id": os.path.abspath(path), **data},
+                               str(path), max_chars)
+    else:
+        what = "an object without a text field" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
+        yield Skip("unreadable", str(path), f"a JSON document that holds no records ({what})")
+
+
+def _opens_as_object(path: Path) -> bool:
+    with open_binary(path) as f:
+        return f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
 
 
 def _jsonl_record(raw: bytes, source: str, max_chars: int) -> Record:
