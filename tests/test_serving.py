@@ -342,3 +342,29 @@ def test_llamaindex_retriever_returns_nodes_with_scores(index):
     packed = PropdexRetriever(index=index, words=50, level="doc").retrieve("Which American director was born in 1966?")
     context = index.context("Which American director was born in 1966?", 50, level="doc")
     assert [n.node.get_content() for n in packed] == [context.text] and context.words <= 50
+
+
+@pytest.mark.slow
+def test_langchain_vector_store_adds_upserts_filters_deletes_and_retrieves(tmp_path, minilm):
+    from langchain_core.documents import Document
+    from propdex.integrations.langchain import PropdexVectorStore
+
+    docs = [Document(page_content="The quokka is a small marsupial of Rottnest Island.", metadata={"title": "Quokka", "zone": "au"}, id="q"),
+            Document(page_content="The okapi is a giraffid of the Congo rainforest.", metadata={"zone": "af"}, id="o"),
+            Document(page_content="Lions live in prides on the African savanna.", metadata={"zone": "af"})]
+    encoder = load_encoder("tokens", backbone=minilm)
+    with pytest.raises(ValueError, match="own encoder"):  # an Embeddings would be silently unused: refused
+        PropdexVectorStore.from_documents(docs, object(), path=str(tmp_path / "x"), encoder=encoder)
+    store = PropdexVectorStore.from_documents(docs, path=str(tmp_path / "vs"), encoder=encoder)
+    assert len(store.index) == 3 and "q" in store.index and "o" in store.index
+    (best, score), *_ = store.similarity_search_with_score("Which marsupial lives on an island?", k=3)
+    assert best.id == "q" and best.page_content == docs[0].page_content and best.metadata["title"] == "Quokka"
+    assert score == pytest.approx(store.index.search("Which marsupial lives on an island?", k=1)[0].score)
+    african = store.similarity_search("an animal", k=3, filter={"zone": "af"})
+    assert len(african) == 2 and all(d.metadata["zone"] == "af" for d in african)
+    # Adding a known id replaces it (an upsert); get_by_ids reads the stored documents back.
+    assert store.add_documents([Document(page_content="The okapi is a forest giraffe of the Congo.", metadata={"zone": "af"}, id="o")]) == ["o"]
+    assert len(store.index) == 3 and store.get_by_ids(["o", "missing"])[0].page_content.startswith("The okapi is a forest")
+    assert store.as_retriever(search_kwargs={"k": 1}).invoke("Which marsupial lives on an island?")[0].id == "q"
+    assert store.delete(["q"]) is True and store.delete(["q"]) is False and "q" not in store.index
+    store.index.close()
