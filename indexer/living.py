@@ -59,59 +59,82 @@ def add(tx: Transaction, encoder: "Encoder", records: Iterable[Record], replace:
     document the records did not name, so a note removed from the folder
     leaves the index; a record skipped this time names none, so its earlier
     version goes too. A read that yields no document deletes nothing: it
-    is refused, as a wrong path more likely than an emptied corpus."""
+    is refused, as a wrong path more likely than an emptied corpus.
+
+    Records are taken a shard at a time (shard_docs), each shard written
+    before the next is read, so an add holds one shard's documents in
+    memory however many it brings; nothing is listed until the commit."""
     require_complete(tx, "add to")
-    docs, n_inputs, skipped, examples = encoding.take(iter(records), 2**63, set())
-    found = find(tx, [d.id for d in docs])
-    if found and not replace:
-        shown = ", ".join(repr(d) for d in list(found)[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-        raise ValueError(f"{len(found)} of the documents are in {tx.out} already ({shown}); "
-                         f"update them instead (Index.update, `propdex add --update`)")
-    gone = _missing(tx, {d.id for d in docs}) if delete_missing else {}
-    if delete_missing and not docs and gone:
+    stream, named = iter(records), set[str]()
+    new: list[Shard] = []
+    found: dict[str, tuple[int, int]] = {}
+    same: set[str] = set()
+    skipped: Counter[str] = Counter()
+    unlisted = (0, Counter[str](), dict[str, list[str]]())  # what was read since the last shard written: its inputs, skips
+    bar = None  # shown once an add is larger than one encode chunk
+    while True:
+        docs, n_inputs, chunk_skips, examples = encoding.take(stream, tx.manifest.settings.shard_docs, named)
+        if not n_inputs:
+            break
+        skipped += chunk_skips
+        unlisted = (unlisted[0] + n_inputs, unlisted[1] + chunk_skips, _merged(unlisted[2], examples))
+        known = find(tx, [d.id for d in docs])
+        if known and not replace:
+            for shard in new:  # written, never listed: the refusal leaves nothing behind
+                remove(tx.out / shard.name)
+            shown = ", ".join(repr(d) for d in list(known)[:3]) + (f" and {len(known) - 3} more" if len(known) > 3 else "")
+            raise ValueError(f"{len(known)} of the documents are in {tx.out} already ({shown}); "
+                             f"update them instead (Index.update, `propdex add --update`)")
+        unchanged = _unchanged(tx, docs, known)
+        same |= unchanged
+        found |= {doc_id: at for doc_id, at in known.items() if doc_id not in unchanged}
+        docs = [d for d in docs if d.id not in unchanged]
+        if bar is None and (new or len(docs) > encoding.ENCODE_DOCS):
+            bar = tqdm(desc="add", unit="doc", dynamic_ncols=True, initial=sum(s.docs for s in new))
+        if docs:
+            new.append(tx.write_shard(tx.next_shard() + len(new), encoding.encoded(encoder, docs, bar), *unlisted))
+            unlisted = (0, Counter(), {})
+    if bar is not None:
+        bar.close()
+    if new and unlisted[0]:  # records read after the last shard was written: counted there
+        last = new[-1]
+        last.inputs, last.skipped = last.inputs + unlisted[0], dict(Counter(last.skipped) + unlisted[1])
+        last.skipped_examples = _merged(last.skipped_examples, unlisted[2])
+    gone = _missing(tx, named) if delete_missing else {}
+    if delete_missing and not named and gone:
         raise ValueError(f"the inputs gave no document ({sum(skipped.values())} skipped: {dict(skipped)}), so deleting "
                          f"what they miss would empty {tx.out}; to delete documents, name them (`propdex delete`)")
-    same = _unchanged(tx, docs, found)
-    docs = [d for d in docs if d.id not in same]
-    found = {doc_id: at for doc_id, at in found.items() if doc_id not in same}
-    nothing = {"added": 0, "replaced": 0, "unchanged": len(same), "skipped": dict(skipped)}
-    nothing |= {"deleted": len(gone)} if delete_missing else {}
+    added = sum(s.docs for s in new)
+    result = {"added": added, "replaced": len(found), "unchanged": len(same), "skipped": dict(skipped)}
+    result |= {"deleted": len(gone)} if delete_missing else {}
     if gone:
         shown = ", ".join(list(gone)[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
         log.info("deleting %d documents of %s that the inputs no longer hold: %s", len(gone), tx.out, shown)
-    if not docs:
+    if not new:
         if gone:
             commit_generation(tx, encoder.title, _tombstone(tx, gone))
         elif skipped:  # nothing to commit, but say so
             log.warning("nothing added to %s: every record was %s (%s skipped: %s)", tx.out,
                         "skipped or unchanged" if same else "skipped", sum(skipped.values()), dict(skipped))
-        return nothing
-    new = _write_new_shards(tx, encoder, docs, n_inputs, skipped, examples)
+        return result
     if tx.manifest.index is None:
         phases.train(tx, new)
     garbage = phases.fill(tx, new, commit=False)
     garbage += _tombstone(tx, found | gone)
     tx.manifest.shards += new
     commit_generation(tx, encoder.title, garbage)
-    log.info("added %d documents to %s (%d replaced, %d unchanged) in %d shard(s)", len(docs), tx.out, len(found),
+    log.info("added %d documents to %s (%d replaced, %d unchanged) in %d shard(s)", added, tx.out, len(found),
              len(same), len(new))
     merged = merge_tiers(tx, encoder.title)
-    return {**nothing, "added": len(docs), "replaced": len(found), **({"merged": merged} if merged else {})}
+    return result | ({"merged": merged} if merged else {})
 
 
-def _write_new_shards(tx: Transaction, encoder: "Encoder", docs: list, n_inputs: int, skipped: Counter,
-                      examples: dict) -> list[Shard]:
-    """`docs` encoded into new shards of shard_docs, written but not listed;
-    the first carries what was read (inputs, skips)."""
-    new: list[Shard] = []
-    size = tx.manifest.settings.shard_docs
-    bar = tqdm(desc="add", unit="doc", total=len(docs), dynamic_ncols=True, disable=len(docs) <= encoding.ENCODE_DOCS)
-    for start in range(0, len(docs), size):
-        first = not new
-        new.append(tx.write_shard(tx.next_shard() + len(new), encoding.encoded(encoder, docs[start : start + size], bar),
-                                  n_inputs if first else 0, skipped if first else Counter(), examples if first else {}))
-    bar.close()
-    return new
+def _merged(examples: dict[str, list[str]], more: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Skip examples by reason, at most EXAMPLES_PER_REASON each."""
+    out = {reason: list(sources) for reason, sources in examples.items()}
+    for reason, sources in more.items():
+        out[reason] = (out.get(reason, []) + sources)[: encoding.EXAMPLES_PER_REASON]
+    return out
 
 
 def delete(tx: Transaction, titles: bool, doc_ids: Iterable[str]) -> dict[str, Any]:

@@ -170,6 +170,19 @@ def test_adding_a_known_id_is_refused_and_bad_records_are_counted(tmp_path, enco
     with pytest.raises(ValueError, match=r"in .* already \('a'\).*update"):
         index.add([{"id": "b", "text": "Beta."}, {"id": "a", "text": "Alpha again."}])
     assert "b" not in index  # all or nothing
+    # An add is written a shard at a time: a known id in a later shard is refused all the same, and the
+    # shards written before it are removed, not left for the next writer.
+    small = propdex.Index.create(tmp_path / "small", encoder, shard_docs=2)
+    small.add([{"id": "a", "text": "Alpha particles."}])
+    with pytest.raises(ValueError, match=r"in .* already \('a'\)"):
+        small.add([{"id": i, "text": f"Record {i}."} for i in "bcde"] + [{"id": "a", "text": "Alpha again."}])
+    assert sorted(p.name for p in (tmp_path / "small").glob("shard-*")) == [s["name"] for s in small.manifest["shards"]]
+    assert len(small.refresh()) == 1
+    result = small.add([{"id": i, "text": f"Record {i}."} for i in "bcde"] + [{"text": "no id"}])
+    assert result == {"added": 4, "replaced": 0, "unchanged": 0, "skipped": {"missing_field": 1}}
+    assert [s["docs"] for s in small.manifest["shards"]] == [1, 2, 2]  # two shards of shard_docs from one add
+    assert sum(s["inputs"] for s in small.manifest["shards"]) == 1 + 5  # every record read is counted once
+    small.close()
     result = index.add([{"id": "c", "text": "Gamma rays."}, {"id": "c", "text": "twice"}, {"text": "no id"},
                         {"id": "d", "text": "   "}, {"id": "e", "text": "Epsilon.", "when": object()}])
     assert result == {"added": 1, "replaced": 0, "unchanged": 0,
