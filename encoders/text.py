@@ -12,6 +12,9 @@ from __future__ import annotations
 import re
 
 Span = tuple[int, int]
+# Between the pages of a text that has them (a PDF's, as pdftotext writes it):
+# a line break to the splitter, a page to search (retriever.hits.page_at).
+PAGE_BREAK = "\f"
 
 
 def is_wordlike(token: str) -> bool:

@@ -83,7 +83,8 @@ def run_search(args: argparse.Namespace) -> int:
         hop = "  (second hop)" if h.hop == 2 else ""
         # The id says where a hit lives (a note's path, a page id); the title what it is about.
         name = h.doc_id if h.title in ("", h.doc_id) else f"{h.title} ({h.doc_id})"
-        print(f"{h.rank:>3}. {h.score:8.3f}  {printable(name)}  [sentence {h.sentence_index}]{hop}")
+        page = f", page {h.page}" if h.page is not None else ""
+        print(f"{h.rank:>3}. {h.score:8.3f}  {printable(name)}  [sentence {h.sentence_index}{page}]{hop}")
         print(f"     {printable(highlight(h.sentence_text, h.spans))}")
     if not hits:
         print("no results")
@@ -104,7 +105,8 @@ def print_context(args: argparse.Namespace, options: dict) -> int:
     print("\n".join(printable(line) for line in context.text.split("\n")) if context.text else "no results")
     print(f"\n{context.words} of {context.budget} words; from:")
     for c in context.citations:
-        print(f"  [{c.at}] {printable(c.doc_id)} sentence {c.sentence}, characters {c.start}-{c.end}{'' if c.whole else ' (part)'}")
+        page = f", page {c.page}" if c.page is not None else ""
+        print(f"  [{c.at}] {printable(c.doc_id)} sentence {c.sentence}{page}, characters {c.start}-{c.end}{'' if c.whole else ' (part)'}")
     return 0
 
 

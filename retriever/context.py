@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .hits import Hit, sentences_of
+from .hits import Hit, page_at, sentences_of
 
 GAP = " ... "
 # Hits a context is packed from: enough sentences or units for a few hundred words.
@@ -55,10 +55,11 @@ class Citation:
     end: int
     at: int  # where the piece starts in the context's text
     whole: bool  # the whole sentence is in the context
+    page: int | None = None  # the page it starts on, for a document with pages (hits.page_at)
 
     def to_json(self) -> dict[str, Any]:
         return {"doc_id": self.doc_id, "title": self.title, "sentence": self.sentence, "start": self.start, "end": self.end,
-                "at": self.at, "whole": self.whole}
+                "at": self.at, "whole": self.whole, "page": self.page}
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,9 @@ def _assemble(taken: dict[str, dict[int, list[tuple[int, int]]]], docs: dict[str
         text, pieces = _block(docs[doc_id], by_sentence)
         if blocks:
             at += 2  # "\n\n"
-        citations += [Citation(doc_id, docs[doc_id].title, s, a, b, at + offset, whole) for s, a, b, offset, whole in pieces]
+        full = docs[doc_id].document_text
+        citations += [Citation(doc_id, docs[doc_id].title, s, a, b, at + offset, whole, page_at(full, a))
+                      for s, a, b, offset, whole in pieces]
         blocks.append(text)
         at += len(text)
     text = "\n\n".join(blocks)

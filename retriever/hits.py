@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from propdex.encoders import Document
+from propdex.encoders.text import PAGE_BREAK
 from propdex.encoders.units import Unit
 from propdex.indexer import lexical
 
@@ -57,6 +58,11 @@ class Hit:
         return self.document.text if self.document is not None else self.text
 
     @property
+    def page(self) -> int | None:
+        """The page `text` starts on (`page_at`), or None for a document without pages."""
+        return page_at(self.document.text, self.text_span[0]) if self.document is not None else None
+
+    @property
     def text_span(self) -> tuple[int, int]:
         """Where `text` lies in the document's text (characters)."""
         if self.document is None or not self.document.sentences:
@@ -77,7 +83,15 @@ class Hit:
             "metadata": self.metadata,
             "sentence": {"index": self.sentence_index, "text": self.sentence_text},
             "spans": [list(s) for s in self.spans],
+            "page": self.page,
         }
+
+
+def page_at(text: str, offset: int) -> int | None:
+    """The page (from 1) character `offset` of `text` lies on, for a text
+    whose pages are separated by form feeds (a PDF's, as the reader and
+    pdftotext write them); None for a text without them."""
+    return text.count(PAGE_BREAK, 0, offset) + 1 if PAGE_BREAK in text else None
 
 
 def sentences_of(doc: Document) -> tuple[tuple[int, int], ...]:

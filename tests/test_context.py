@@ -83,6 +83,20 @@ def test_sentences_that_follow_each_other_keep_the_line_breaks_between_them():
         assert context.text[c.at:c.at + c.end - c.start] == text[c.start:c.end]
 
 
+def test_hits_and_citations_say_the_page_of_a_text_with_page_breaks():
+    from propdex.encoders.text import split_sentences
+
+    text = "Intro page one.\n\f\nThe result is on page two. More of it.\n\f\n\f\nPage four, after a blank page."
+    doc = Document("p.pdf", text, "Paper", tuple(split_sentences(text)))
+    assert [text[a:b] for a, b in doc.sentences] == [
+        "Intro page one.", "The result is on page two.", "More of it.", "Page four, after a blank page."]
+    assert [_hit(doc, i).page for i in range(4)] == [1, 2, 2, 4]
+    assert _hit(doc, 2).to_json()["page"] == 2 and _hit(_doc("plain"), 0).page is None
+    context = pack([_hit(doc, 3), _hit(doc, 1)], 100, "sentence")
+    assert [(c.sentence, c.page) for c in context.citations] == [(1, 2), (3, 4)]
+    assert [c.to_json()["page"] for c in pack([_hit(_doc("plain"), 0)], 100, "sentence").citations] == [None]
+
+
 def test_units_pack_their_own_spans_and_overlaps_merge():
     a = _doc("a")
     s = SENTENCES[0]

@@ -703,6 +703,7 @@ def test_a_pdf_is_one_document_its_pages_in_order_and_a_bad_one_a_counted_skip(t
     check_document(pdf)
     assert pdf.id == str(paper) and pdf.title == "Late interaction, explained" and misnamed.title == "misnamed"
     assert pdf.metadata == {"path": str(paper), "pages": 2}
+    assert pdf.text.count("\f") == 1 and pdf.text.index("\f") < pdf.text.index("Compression")  # pages apart, for hits' pages
     # Set lines join into sentences, a word hyphenated over a line break is whole, pages end paragraphs.
     assert [pdf.text[a:b] for a, b in pdf.sentences] == [
         "Late interaction keeps one vector for every token of a passage and scores a query by the sum of its tokens "

@@ -5,8 +5,9 @@ A paper, a manual, a scanned-in letter is one document, kept as a note is
 metadata, beside `pages`. Its title is the PDF's own (/Title), else the
 file's name without its suffix. A page's lines are what a PDF holds, set
 lines of a layout, so they are unwrapped as plain text (markdown.unwrap)
-after a word broken over two lines by a hyphen is joined; pages end
-paragraphs.
+after a word broken over two lines by a hyphen is joined. Pages end
+paragraphs and are separated by a form feed, so a hit and a citation say
+the page they are on.
 
 Reading needs pypdf (the `pdf` extra). Without it, or for a PDF it cannot
 open (damaged, encrypted with a password), the file is a counted skip that
@@ -20,6 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from . import markdown
+from propdex.encoders.text import PAGE_BREAK
+
 from .base import Record, Skip
 from .streams import open_binary
 from .text import file_document
@@ -48,7 +51,8 @@ def _pdf_record(path: Path, max_chars: int) -> Record:
         named = (pdf.metadata.title if pdf.metadata else None) or ""
     except Exception as e:  # noqa: BLE001 - a third-party parser's errors on bad bytes are many and unlisted
         return Skip("unreadable", source, f"not a readable PDF: {type(e).__name__}: {e}")
-    body = "\n\n".join(page_text(p) for p in pages).strip()
+    # Pages end paragraphs and are told apart by a form feed, which search reports as a hit's page (hits.page_at).
+    body = f"\n{PAGE_BREAK}\n".join(page_text(p) for p in pages).strip(" \n")
     return file_document(path, body, " ".join(str(named).split()), max_chars, {"pages": len(pages)})
 
 

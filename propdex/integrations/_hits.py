@@ -22,6 +22,7 @@ def hit_metadata(hit: Hit) -> dict[str, Any]:
         "passage_sentences": list(hit.passage),
         "passage_start": hit.text_span[0],
         "passage_end": hit.text_span[1],
+        **({"page": hit.page} if hit.page is not None else {}),  # a PDF's page, from 1
     }
 
 
