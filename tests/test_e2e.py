@@ -80,7 +80,8 @@ def test_cli_search_json_and_info(index):
     assert out["query"] == "Which American director was born in 1966?"
     assert [r["rank"] for r in out["results"]] == [1, 2, 3]
     top = out["results"][0]
-    assert set(top) == {"rank", "hop", "doc_id", "title", "score", "text", "passage", "metadata", "sentence", "spans"} and top["hop"] == 1
+    assert set(top) == {"rank", "hop", "doc_id", "title", "score", "text", "passage", "metadata", "sentence", "spans", "page"}
+    assert top["hop"] == 1 and top["page"] is None  # a document without pages
     assert top["sentence"]["text"] == top["text"] and top["passage"]["sentences"] == [top["sentence"]["index"]] * 2 and top["metadata"] == {}
     assert top["doc_id"] == "Scott Derrickson" and "1966" in top["sentence"]["text"]
     assert all(0 <= a < b <= len(top["sentence"]["text"]) for a, b in top["spans"])

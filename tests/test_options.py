@@ -62,7 +62,7 @@ def test_server_request_fields_are_the_declared_options():
         for d in fields_of(SearchSettings):
             field = model.model_fields[d.name]
             assert field.default is None and field.description == d.option.help
-    assert set(SearchRequest.model_fields) == {*declared, "queries"}
+    assert set(SearchRequest.model_fields) == {*declared, "query", "queries"}
     assert set(ContextRequest.model_fields) == {*declared, "query", "words"}
     # A GET's filter is the command line's clauses; a POST's, the JSON object.
     assert GetOptions.model_fields["where"].annotation == list[str] | None
