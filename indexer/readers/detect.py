@@ -25,6 +25,10 @@ from .notebook import NOTEBOOK_SUFFIXES
 from .streams import STREAM_ERRORS, bare_name, open_binary
 
 _SNIFF_BYTES = 64 * 1024
+# Formats a file's name says, whatever it begins with (the name without a compression suffix).
+# A JSON Lines file is never read whole, even if its first line is bad.
+_NAMED = {suffix: fmt for suffixes, fmt in ((TEXT_SUFFIXES, "text"), ((".jsonl", ".ndjson"), "jsonl"), (HTML_SUFFIXES, "html"),
+                                            (DOCX_SUFFIXES, "docx"), (NOTEBOOK_SUFFIXES, "notebook")) for suffix in suffixes}
 
 
 def detect_format(path: str | Path) -> str:
@@ -88,16 +92,8 @@ def sniff(path: Path) -> tuple[str | None, str | None]:
     """(format or None, error met while reading the file's beginning or None)."""
     if propsegment.CLUSTER_FILE.fullmatch(path.name):
         return "propsegment", None
-    if _is_text_name(path):
-        return "text", None
-    if bare_name(path).suffix.lower() in (".jsonl", ".ndjson"):
-        return "jsonl", None  # even if its first line is bad: a JSON Lines file is never read whole
-    if bare_name(path).suffix.lower() in HTML_SUFFIXES:
-        return "html", None
-    if path.suffix.lower() in DOCX_SUFFIXES:
-        return "docx", None
-    if bare_name(path).suffix.lower() in NOTEBOOK_SUFFIXES:
-        return "notebook", None
+    if (named := _NAMED.get(bare_name(path).suffix.lower())) is not None:
+        return named, None
     head, error = _head(path)
     fmt = _format_of_head(head)
     if fmt is None and error is not None:
@@ -118,10 +114,6 @@ def _head(path: Path) -> tuple[bytes, str | None]:
     except STREAM_ERRORS as e:
         error = str(e) or type(e).__name__
     return head, error
-
-
-def _is_text_name(path: Path) -> bool:
-    return bare_name(path).suffix.lower() in TEXT_SUFFIXES
 
 
 def _format_of_head(head: bytes) -> str | None:

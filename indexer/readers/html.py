@@ -47,27 +47,29 @@ def _html_record(path: Path, max_chars: int) -> Record:
     data = file_bytes(path, max_chars)
     if isinstance(data, Skip):
         return data
-    text, problem = _decoded(data)
-    if text is None:
-        return Skip("invalid_utf8" if problem.startswith("not utf-8") else "unreadable", str(path), problem)
+    text = _decoded(data)
+    if not isinstance(text, str):
+        reason, problem = text
+        return Skip(reason, str(path), problem)
     page = _Page()
     page.feed(text)
     page.close()
     return file_document(path, paragraphs(page.lines), page.title or page.first_h1, max_chars, page.meta)
 
 
-def _decoded(data: bytes) -> tuple[str | None, str]:
-    """(the page's text or None, why not): UTF-8, or the charset the page declares."""
+def _decoded(data: bytes) -> str | tuple[str, str]:
+    """The page's text, decoded as UTF-8 or the charset the page declares;
+    else (skip reason, why)."""
     declared = _CHARSET.search(data[:4096])
     encoding = declared.group(1).decode("ascii", "replace").lower() if declared else "utf-8"
     try:
         encoding = codecs.lookup(encoding).name
     except LookupError:
-        return None, f"the page declares an unknown charset {encoding!r}"
+        return "unreadable", f"the page declares an unknown charset {encoding!r}"
     try:
-        return data.decode("utf-8-sig" if encoding == "utf-8" else encoding), ""
+        return data.decode("utf-8-sig" if encoding == "utf-8" else encoding)
     except UnicodeDecodeError as e:
-        return None, f"not {encoding} as the page says: {e}"
+        return "invalid_utf8" if encoding == "utf-8" else "unreadable", f"not {encoding} as the page says: {e}"
 
 
 class _Page(HTMLParser):
@@ -88,14 +90,12 @@ class _Page(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "meta":
             self._meta(dict(attrs))
-        if tag in ("br", "hr"):
+        if tag in _BLOCKS:
             self._end_line()
         if tag in _VOID:
             return
         if tag in _HIDDEN:
             self._hidden += 1
-        if tag in _BLOCKS:
-            self._end_line()
         if tag == "pre":
             self._pre += 1
         if (tag == "title" and not self.title) or (tag == "h1" and not self.first_h1):
