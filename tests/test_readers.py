@@ -616,10 +616,13 @@ def test_front_matter_is_metadata_in_yaml_or_toml_and_a_broken_one_costs_only_it
     (tmp_path / "broken.md").write_text("---\ntitle: [unclosed\n---\nThe body survives.\n")
     (tmp_path / "list.md").write_text("---\n- a\n- b\n---\nA list is not fields.\n")
     (tmp_path / "prose.txt").write_text("---\ntitle: not front matter in plain text\n---\nProse.\n")
+    (tmp_path / "again.md").write_text("---\ntitle: Garden plan\n---\n\n# garden Plan\n\n## Garden plan\n\nSow in May.\n")
     by_name = {Path(d.id).name: d for d in docs(list(read_corpus([tmp_path])))}
     post, log, broken, listed, prose = (by_name[n] for n in ("post.md", "log.md", "broken.md", "list.md", "prose.txt"))
     # TOML's title titles the note, and the heading under it stays text; its date is a date until the index stores it.
     assert post.title == "Static sites" and post.text.startswith("Why Hugo")
+    # A first heading that only repeats the title is not said twice (a context would spend words on it); a later one stays.
+    assert by_name["again.md"].title == "Garden plan" and by_name["again.md"].text == "Garden plan\n\nSow in May."
     assert post.metadata == {"path": post.id, "date": datetime.date(2024, 5, 1), "tags": ["go", "web"]}
     # A title that is no string is a field; the heading titles the note.
     assert log.title == "Ship log" and log.metadata == {"path": log.id, "title": 2024, "draft": True}

@@ -64,7 +64,10 @@ def _text_record(path: Path, max_chars: int) -> Record:
         log.warning("%s: %s; the note is indexed without it", source, problem)
     named = fields.pop("title", None)
     if isinstance(named, str) and named.strip():
-        title = named.strip()  # a heading under it stays text: it is not the title
+        title = named.strip()
+        heading, rest = markdown.title(lines, markup)
+        if heading.casefold() == title.casefold():
+            lines = rest  # the title again, as the first heading: said once (any other heading stays text)
     else:
         title, lines = markdown.title(lines, markup)
         if named is not None:
