@@ -41,6 +41,10 @@ class Document:
     manifest's counts. Neither is stored with the document. `metadata`
     holds the input record's other fields (url, date, source...), stored
     with the document, returned with its hits and filtered on by `where=`.
+    `stamp` says which version of a file the document was read from whole
+    (its size and modification time), stored with it so that a sync passes
+    over a file that has not changed since; like `source`, it is not what
+    the document says, so equality leaves it out.
     """
 
     id: str
@@ -51,6 +55,7 @@ class Document:
     source: str = field(default="", compare=False, repr=False)
     repairs: tuple[str, ...] = field(default=(), compare=False, repr=False)
     metadata: Mapping[str, Any] = field(default_factory=dict, hash=False, repr=False)
+    stamp: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Checked at construction, and so by dataclasses.replace: a text
@@ -65,12 +70,12 @@ class Document:
 
     @classmethod
     def read_back(cls, id: str, text: str, title: str, sentences: tuple[Span, ...], focus: tuple[Span, ...],
-                  metadata: Mapping[str, Any]) -> "Document":
+                  metadata: Mapping[str, Any], stamp: str = "") -> "Document":
         """A document an index stored: its writer checked the spans, so they
         are not checked again, and an index written before the check reads."""
         doc = object.__new__(cls)
         for name, value in (("id", id), ("text", text), ("title", title), ("sentences", sentences), ("focus", focus),
-                            ("source", ""), ("repairs", ()), ("metadata", metadata)):
+                            ("source", ""), ("repairs", ()), ("metadata", metadata), ("stamp", stamp)):
             object.__setattr__(doc, name, value)
         return doc
 

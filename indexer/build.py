@@ -17,7 +17,7 @@ hold the rules:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,8 @@ from .commit import TRAINED, Transaction, ours, peak_rss_mb, shard_name
 from .lock import LOCK, WriteLock
 from .manifest import MANIFEST, Backbone, Manifest, Part, Record, Settings, Status
 from .readers import Record as InputRecord
+from .readers.base import Kept
+from .readers.corpus import read_changed
 from .settings import IndexSettings, store_of, unread_by
 
 if TYPE_CHECKING:
@@ -203,6 +205,20 @@ class IndexWriter:
         finally:
             self.close()
 
+    def sync(self, paths: Sequence[str | Path], format: str | None = None, *, delete_missing: bool = False) -> dict[str, Any]:
+        """`add(read_corpus(paths, format), replace=True, delete_missing=...)`,
+        except that a file read whole whose size and modification time are
+        those its stored document was read at is not read again (counted
+        `unchanged`; `readers.corpus.read_changed`): a sync of a folder of
+        PDFs parses only the ones that changed."""
+        self._lock.acquire()
+        try:
+            stamps = living.Stamps(self.transaction)
+            records = _closing(read_changed(paths, stamps, format), stamps.close)
+            return living.add(self.transaction, self.encoder, records, True, delete_missing)
+        finally:
+            self.close()
+
     def delete(self, doc_ids: Iterable[str]) -> dict[str, Any]:
         """Delete the documents with these ids, in one commit. Returns
         {"deleted": n, "missing": [ids the index does not hold]}."""
@@ -271,3 +287,11 @@ def _changed_inputs(old: dict[str, Any], new: dict[str, Any]) -> str:
               if f in before and before[f] != after[f]]
     shown = notes[:3] + ([f"{len(notes) - 3} more"] if len(notes) > 3 else [])
     return ", ".join(shown)
+
+
+def _closing(records: Iterator[InputRecord | Kept], close: Callable[[], None]) -> Iterator[InputRecord | Kept]:
+    """`records`, then `close()`: once read to the end (or dropped), before the commit."""
+    try:
+        yield from records
+    finally:
+        close()

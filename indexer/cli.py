@@ -72,7 +72,8 @@ def add_update_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="files or directories, in any format `propdex index` reads")
     p.add_argument("--format", choices=FORMATS, help="input format (default: detected)")
     p.add_argument("--update", action="store_true", help="replace documents whose id the index holds (default: refuse them); "
-                                                         "one equal to the stored document is left alone")
+                                                         "one equal to the stored document is left alone, and a file "
+                                                         "unchanged since it was read is not read again")
     p.add_argument("--delete-missing", action="store_true",
                    help="with --update: also delete every document the inputs do not hold (the index mirrors them)")
     p.add_argument("--device", default="auto")
@@ -102,7 +103,10 @@ def run_add(args: argparse.Namespace) -> int:
         raise ValueError("--delete-missing mirrors the inputs, which replaces what changed: give --update with it")
     records = read_corpus(args.inputs, args.format)  # checks the paths first
     writer = IndexWriter.open(args.index, device=args.device)
-    result = writer.add(records, replace=args.update, delete_missing=args.delete_missing)
+    if args.update:  # files unchanged since they were read are not read again
+        result = writer.sync(args.inputs, args.format, delete_missing=args.delete_missing)
+    else:
+        result = writer.add(records)
     skipped = sum(result["skipped"].values())
     unchanged = f", {result['unchanged']} unchanged" if args.update else ""
     unchanged += f", {result['deleted']} deleted" if args.delete_missing else ""

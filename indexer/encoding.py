@@ -21,7 +21,7 @@ from propdex.encoders import Document, Encoded, Passage
 from propdex.encoders.text import split_sentences
 
 from .readers import Record, Skip
-from .readers.base import admitted
+from .readers.base import Kept, admitted
 from .store import plain
 
 if TYPE_CHECKING:
@@ -91,10 +91,12 @@ def concat(parts: list[Encoded], dim: int) -> Encoded:
     return Encoded(np.concatenate([p.vectors for p in parts]), [u for p in parts for u in p.units])
 
 
-def take(stream: Iterator[Record], want: int, seen: set[str]) -> tuple[list[Document], int, Counter, dict]:
+def take(stream: Iterator[Record | Kept], want: int, seen: set[str],
+         kept: set[str] | None = None) -> tuple[list[Document], int, Counter, dict]:
     """Pull records until `want` documents are accepted (or the stream ends):
     (documents, records read, skips by reason, a few examples of each). An id
-    in `seen` is skipped: one id, one document (`_intake`)."""
+    in `seen` is skipped: one id, one document (`_intake`). A sync's `Kept`
+    files are read records too: their ids go to `seen` and to `kept`."""
     docs: list[Document] = []
     skipped: Counter[str] = Counter()
     examples: dict[str, list[str]] = {}
@@ -104,6 +106,12 @@ def take(stream: Iterator[Record], want: int, seen: set[str]) -> tuple[list[Docu
         if record is None:
             break
         n_inputs += 1
+        if isinstance(record, Kept) and record.id not in seen:
+            if kept is None:
+                raise TypeError(f"{record.source}: a Kept record outside a sync")
+            seen.add(record.id)
+            kept.add(record.id)
+            continue
         record = _intake(record, seen)
         if isinstance(record, Skip):
             _count_skip(record, skipped, examples)
@@ -113,7 +121,7 @@ def take(stream: Iterator[Record], want: int, seen: set[str]) -> tuple[list[Docu
     return docs, n_inputs, skipped, examples
 
 
-def _intake(record: Record, seen: set[str]) -> Record:
+def _intake(record: Record | Kept, seen: set[str]) -> Record:
     """A document as the writer takes it, whichever door it came in by (a
     reader, a dict, a Document handed in whole), or the Skip saying why not:
     an id taken before, the readers' gate (`admitted`), metadata as JSON
@@ -122,7 +130,7 @@ def _intake(record: Record, seen: set[str]) -> Record:
     if isinstance(record, Skip):
         return record
     source = record.source or record.id
-    if record.id in seen:
+    if record.id in seen:  # a Kept file among them: named twice
         # A set of ids, not of where each came from: millions of sources would cost gigabytes.
         return Skip("duplicate_id", source, f"id {record.id!r} was taken by an earlier document")
     doc = admitted(record)

@@ -32,6 +32,7 @@ from . import ann, binary, encoding, phases
 from .commit import Transaction, remove
 from .manifest import Shard, Status, sha256_file
 from .readers import Record
+from .readers.base import Kept
 from .store import Rows, ShardStore, write_deleted
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def require_complete(tx: Transaction, what: str) -> None:
                          f"run the same `propdex index` command again to finish it first")
 
 
-def add(tx: Transaction, encoder: "Encoder", records: Iterable[Record], replace: bool,
+def add(tx: Transaction, encoder: "Encoder", records: Iterable[Record | Kept], replace: bool,
         delete_missing: bool = False) -> dict[str, Any]:
     """Append the records' documents in new shards, in one commit; an id the
     index holds already is refused unless `replace`: then a document equal
@@ -73,7 +74,7 @@ def add(tx: Transaction, encoder: "Encoder", records: Iterable[Record], replace:
     unlisted = (0, Counter[str](), dict[str, list[str]]())  # what was read since the last shard written: its inputs, skips
     bar = None  # shown once an add is larger than one encode chunk
     while True:
-        docs, n_inputs, chunk_skips, examples = encoding.take(stream, tx.manifest.settings.shard_docs, named)
+        docs, n_inputs, chunk_skips, examples = encoding.take(stream, tx.manifest.settings.shard_docs, named, same)
         if not n_inputs:
             break
         skipped += chunk_skips
@@ -348,6 +349,31 @@ def find(tx: Transaction, doc_ids: list[str]) -> dict[str, tuple[int, int]]:
                     found[doc_id] = (i, o)
         store.close()
     return found
+
+
+class Stamps:
+    """The stamp (`Document.stamp`) each live document was read at, by id,
+    from the shards' stores, open until `close`: what a sync's read asks of
+    every file before it reads it (`readers.corpus.read_changed`). The
+    stores open at the first question."""
+
+    def __init__(self, tx: Transaction) -> None:
+        self.tx = tx
+        self.stores: list[tuple[ShardStore, set[int]]] | None = None
+
+    def __call__(self, doc_id: str) -> str | None:
+        if self.stores is None:
+            self.stores = [(self.tx.store(s), set(self.tx.deleted(s).tolist())) for s in self.tx.manifest.shards]
+        for store, dead in self.stores:
+            o = store.ordinal(doc_id)
+            if o is not None and o not in dead:
+                return store.document(o).stamp or None
+        return None
+
+    def close(self) -> None:
+        for store, _ in self.stores or ():
+            store.close()
+        self.stores = None
 
 
 def _missing(tx: Transaction, named: set[str]) -> dict[str, tuple[int, int]]:

@@ -183,6 +183,8 @@ class ShardWriter:
                 record = {"id": doc.id, "title": doc.title, "text": doc.text, "sentences": doc.sentences}
                 if doc.focus:
                     record["focus"] = doc.focus
+                if doc.stamp:
+                    record["stamp"] = doc.stamp
                 if doc.metadata:
                     record["metadata"] = dict(doc.metadata)
                     for field, value in doc.metadata.items():
@@ -480,4 +482,4 @@ class ShardStore:
 def _document(raw: bytes) -> Document:
     r = json.loads(raw)
     return Document.read_back(r["id"], r["text"], r.get("title", ""), tuple(tuple(s) for s in r["sentences"]),
-                              tuple(tuple(s) for s in r.get("focus", ())), r.get("metadata", {}))
+                              tuple(tuple(s) for s in r.get("focus", ())), r.get("metadata", {}), r.get("stamp", ""))

@@ -181,6 +181,19 @@ class Index:
         name nothing, so their earlier versions go too."""
         return self._write(documents, replace=True, delete_missing=delete_missing)
 
+    def sync(self, paths: str | Path | Iterable[str | Path], *, format: str | None = None,
+             delete_missing: bool = True) -> dict[str, Any]:
+        """Mirror files and folders in one commit: `update(read_corpus(paths,
+        format), delete_missing=...)`, except that a file read whole (a note,
+        a PDF, a page) whose size and modification time are those it was last
+        read at is not read again, only counted `unchanged`. A folder of
+        PDFs syncs in the time its changed files take."""
+        given = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        with self._writes:
+            result = self._writer().sync(given, format, delete_missing=delete_missing)
+            self.refresh()
+        return result
+
     def delete(self, ids: str | Iterable[str]) -> dict[str, Any]:
         """Delete documents by id. Returns {deleted, missing}."""
         with self._writes:

@@ -245,6 +245,65 @@ def test_a_sync_mirrors_the_folder_and_refuses_to_empty_the_index(tmp_path, enco
     index.close()
 
 
+def test_a_sync_reads_only_the_files_that_changed(tmp_path, encoder, monkeypatch):
+    """Index.sync passes over a file whose size and modification time are
+    those it was read at (its stored stamp); an edited file, one put back
+    from an older copy and one only touched are read (the touched one is
+    then found unchanged); stamps survive a compaction."""
+    import os
+
+    from propdex.indexer.readers import corpus
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for name, text in (("a.md", "The launch moved to June."), ("b.md", "Ana owns the budget."), ("c.md", "Tom buys seeds.")):
+        (notes / name).write_text(text + "\n")
+    read: list[str] = []
+    real = corpus.READERS["text"]
+
+    def counted(path, max_chars):
+        read.append(path.name)
+        yield from real(path, max_chars)
+
+    monkeypatch.setitem(corpus.READERS, "text", counted)
+
+    def sync() -> dict:
+        read.clear()
+        return index.sync(notes)
+
+    index = propdex.Index.create(tmp_path / "i", encoder, shard_docs=2)
+    assert sync()["added"] == 3 and sorted(read) == ["a.md", "b.md", "c.md"]
+    stamp = index.get(str(notes / "a.md")).stamp
+    assert stamp == f"{(notes / 'a.md').stat().st_size}:{(notes / 'a.md').stat().st_mtime_ns}"
+    generation = index.manifest["generation"]
+    assert sync() == {"added": 0, "replaced": 0, "unchanged": 3, "skipped": {}, "deleted": 0} and read == []
+    assert index.manifest["generation"] == generation  # nothing read, nothing committed
+    # An edit is read; so is a file put back from an older copy (an earlier stamp is no match), and a new one.
+    old = (notes / "a.md").stat()
+    (notes / "b.md").write_text("Ana and Tom own the budget.\n")
+    (notes / "a.md").write_text("The launch moved to July.\n")
+    os.utime(notes / "a.md", ns=(old.st_atime_ns, old.st_mtime_ns - 10**9))
+    (notes / "d.md").write_text("Eve paints the fence.\n")
+    assert sync() == {"added": 3, "replaced": 2, "unchanged": 1, "skipped": {}, "deleted": 0}
+    assert sorted(read) == ["a.md", "b.md", "d.md"] and "July" in index.get(str(notes / "a.md")).text
+    # Touched, not edited: read, found unchanged, nothing committed; its stored stamp stays the one it was read at.
+    c = (notes / "c.md").stat()
+    os.utime(notes / "c.md", ns=(c.st_atime_ns, c.st_mtime_ns + 10**9))
+    generation = index.manifest["generation"]
+    assert sync()["unchanged"] == 4 and read == ["c.md"] and index.manifest["generation"] == generation
+    # A deleted note leaves; the stamps of the rest survive the compaction that rewrites their shards.
+    (notes / "c.md").unlink()
+    assert sync()["deleted"] == 1 and read == []
+    index.compact()
+    assert sync() == {"added": 0, "replaced": 0, "unchanged": 3, "skipped": {}, "deleted": 0} and read == []
+    # The command line's --update is the same sync.
+    (notes / "d.md").write_text("Eve paints the gate.\n")
+    read.clear()
+    assert main(["-q", "add", str(tmp_path / "i"), str(notes), "--update", "--device", "cpu"]) == 0
+    assert read == ["d.md"] and "gate" in index.refresh().get(str(notes / "d.md")).text
+    index.close()
+
+
 def test_metadata_from_numpy_and_dates_is_stored_and_filtered_as_json_holds_it(tmp_path, encoder):
     import datetime
 

@@ -48,6 +48,16 @@ class Skip:
 Record = Document | Skip
 
 
+@dataclass(frozen=True)
+class Kept:
+    """A file an index holds as it is now, not read again: its document
+    `id` was read from a file of the same size and modification time
+    (`Document.stamp`). Only a sync's read (`corpus.read_changed`) yields it."""
+
+    id: str
+    source: str
+
+
 class FileSkip(Exception):
     """A whole file cannot be read; carries the Skip to report for it.
 

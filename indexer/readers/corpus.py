@@ -7,19 +7,27 @@ checked before any record is read, so a bad path raises at the call, not
 halfway through a build; a file that breaks off later ends in a Skip, not an
 error. `fingerprint` names the same files in the same order, for a resumed
 build to check its inputs against.
+
+A file read whole as one document (WHOLE_FILES: a note, a PDF, a page) is
+stamped with its size and modification time, taken before it is read, so
+that `read_changed` can tell a sync which files have not changed since the
+index read them without reading them again.
 """
 from __future__ import annotations
 
 import logging
+import os
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from propdex.encoders.provenance import sha256_file
+from propdex.encoders.units import Document
 
 from . import beir, docx, hotpotqa, html, jsonl, mediawiki, notebook, pdf, propsegment, text, wikiextractor
-from .base import FORMATS, FileSkip, Record, Skip
+from .base import FORMATS, FileSkip, Kept, Record, Skip
 from .detect import detect_format, sniff, walk
 from .streams import STREAM_ERRORS, DamagedMembers, is_compressed
 
@@ -40,6 +48,10 @@ READERS: dict[str, Callable[[Path, int], Iterator[Record]]] = {
     "docx": docx.read,
     "notebook": notebook.read,
 }
+# Formats that read a file as one document whose id is the file's absolute path (text.file_document).
+WHOLE_FILES = frozenset({"text", "pdf", "html", "docx", "notebook"})
+# The stamp a sync compares: None when the index holds no such document, or one read before stamps.
+StampOf = Callable[[str], str | None]
 
 
 def read_corpus(
@@ -55,6 +67,22 @@ def read_corpus(
     raises `ValueError` at the call, not halfway through a build. Texts longer
     than `max_chars` are skipped as "too_large".
     """
+    return _read_plan(_plan(paths, format), format is not None, max_chars, None)  # type: ignore[return-value]  # no Kept without stamp_of
+
+
+def read_changed(paths: Sequence[str | Path], stamp_of: StampOf, format: str | None = None, *,
+                 max_chars: int = 2_000_000) -> Iterator[Record | Kept]:
+    """`read_corpus` for a sync: a file read whole (WHOLE_FILES) whose size
+    and modification time make the stamp `stamp_of(its id)` gives (the one
+    its stored document was read at) is not read again; a `Kept` stands for
+    it. The stamps must be equal, not merely older: a file put back from a
+    backup is read again. A file touched but not edited is read, and found
+    unchanged by the index."""
+    return _read_plan(_plan(paths, format), format is not None, max_chars, stamp_of)
+
+
+def _plan(paths: Sequence[str | Path], format: str | None) -> list[tuple[Path, str]]:
+    """Each path with its format, checked: a bad path raises here, at the call."""
     if format is not None and format not in FORMATS:
         raise ValueError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
     plan: list[tuple[Path, str]] = []
@@ -65,7 +93,7 @@ def read_corpus(
         if not (path.is_file() or path.is_dir()):
             raise ValueError(f"{path}: not a regular file or directory")
         plan.append((path, format or detect_format(path)))
-    return _read_plan(plan, format is not None, max_chars)
+    return plan
 
 
 def fingerprint(paths: Sequence[str | Path], format: str | None = None) -> dict[str, dict[str, Any]]:
@@ -86,15 +114,15 @@ def input_files(paths: Sequence[str | Path], format: str | None = None) -> list[
     return files
 
 
-def _read_plan(plan: list[tuple[Path, str]], forced: bool, max_chars: int) -> Iterator[Record]:
+def _read_plan(plan: list[tuple[Path, str]], forced: bool, max_chars: int, stamp_of: StampOf | None) -> Iterator[Record | Kept]:
     for path, fmt in plan:
         if path.is_file():
-            yield from _read_file(path, fmt, max_chars)
+            yield from _read_file(path, fmt, max_chars, stamp_of)
         else:
-            yield from _read_directory(path, fmt, forced, max_chars)
+            yield from _read_directory(path, fmt, forced, max_chars, stamp_of)
 
 
-def _read_directory(path: Path, fmt: str, forced: bool, max_chars: int) -> Iterator[Record]:
+def _read_directory(path: Path, fmt: str, forced: bool, max_chars: int, stamp_of: StampOf | None) -> Iterator[Record | Kept]:
     """A folder's files in order, each in its own format unless one is forced."""
     for file, file_fmt in _directory_plan(path, fmt, forced):
         if isinstance(file, Skip):
@@ -104,7 +132,7 @@ def _read_directory(path: Path, fmt: str, forced: bool, max_chars: int) -> Itera
         if file_fmt is None:
             file_fmt, error = sniff(file)
         if file_fmt is not None:
-            yield from _read_file(file, file_fmt, max_chars)
+            yield from _read_file(file, file_fmt, max_chars, stamp_of)
         elif error:
             yield _broken_file(file, 0, error)
         else:
@@ -125,7 +153,11 @@ def _directory_plan(path: Path, fmt: str, forced: bool) -> list[tuple[Path | Ski
     return [(file, None if isinstance(file, Skip) or not forced else fmt) for file in walk(path)]
 
 
-def _read_file(path: Path, fmt: str, max_chars: int) -> Iterator[Record]:
+def _read_file(path: Path, fmt: str, max_chars: int, stamp_of: StampOf | None) -> Iterator[Record | Kept]:
+    return _whole_file(path, fmt, max_chars, stamp_of) if fmt in WHOLE_FILES else _records(path, fmt, max_chars)
+
+
+def _records(path: Path, fmt: str, max_chars: int) -> Iterator[Record]:
     """Records of one file; a file that breaks off ends in a Skip, not an error."""
     count = 0
     try:
@@ -142,6 +174,23 @@ def _read_file(path: Path, fmt: str, max_chars: int) -> Iterator[Record]:
     except STREAM_ERRORS as e:
         yield _broken_file(path, count, str(e) or type(e).__name__)
     log.debug("%s: %d records as %s", path, count, fmt)
+
+
+def _whole_file(path: Path, fmt: str, max_chars: int, stamp_of: StampOf | None) -> Iterator[Record | Kept]:
+    """A file read as one document, stamped; or Kept, when `stamp_of` says
+    the index read it at this very stamp. The stamp is taken before the file
+    is read, so an edit made while it is read shows as a change next time."""
+    doc_id = os.path.abspath(path)
+    try:
+        stat = path.stat()
+        stamp = f"{stat.st_size}:{stat.st_mtime_ns}"
+    except OSError:
+        stamp = ""  # the reader says what is wrong with the file
+    if stamp and stamp_of is not None and stamp_of(doc_id) == stamp:
+        yield Kept(doc_id, str(path))
+        return
+    for record in _records(path, fmt, max_chars):
+        yield replace(record, stamp=stamp) if stamp and isinstance(record, Document) and record.id == doc_id else record
 
 
 def _broken_file(path: Path, count: int, error: str) -> Skip:
