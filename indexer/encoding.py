@@ -96,7 +96,9 @@ def take(stream: Iterator[Record | Kept], want: int, seen: set[str],
     """Pull records until `want` documents are accepted (or the stream ends):
     (documents, records read, skips by reason, a few examples of each). An id
     in `seen` is skipped: one id, one document (`_intake`). A sync's `Kept`
-    files are read records too: their ids go to `seen` and to `kept`."""
+    files are read records too: their ids go to `seen` and to `kept`; so does
+    the id a skip names (a file there but unreadable this time), to `seen`
+    alone, so a sync does not delete its earlier version."""
     docs: list[Document] = []
     skipped: Counter[str] = Counter()
     examples: dict[str, list[str]] = {}
@@ -115,6 +117,8 @@ def take(stream: Iterator[Record | Kept], want: int, seen: set[str],
         record = _intake(record, seen)
         if isinstance(record, Skip):
             _count_skip(record, skipped, examples)
+            if record.id:
+                seen.add(record.id)
             continue
         seen.add(record.id)
         docs.append(record)
@@ -130,7 +134,7 @@ def _intake(record: Record | Kept, seen: set[str]) -> Record:
     if isinstance(record, Skip):
         return record
     source = record.source or record.id
-    if record.id in seen:  # a Kept file among them: named twice
+    if record.id in seen:  # met before, a Kept file's id too: one id, one document
         # A set of ids, not of where each came from: millions of sources would cost gigabytes.
         return Skip("duplicate_id", source, f"id {record.id!r} was taken by an earlier document")
     doc = admitted(record)

@@ -58,8 +58,10 @@ def add(tx: Transaction, encoder: "Encoder", records: Iterable[Record | Kept], r
     the same commit. Syncing a folder of notes re-encodes only what changed.
     With `delete_missing` (a sync) the same commit also deletes every
     document the records did not name, so a note removed from the folder
-    leaves the index; a record skipped this time names none, so its earlier
-    version goes too. A read that yields no document deletes nothing: it
+    leaves the index. A file that is there but cannot be read this time
+    keeps its earlier version (its skip names it, `Skip.id`); a record
+    skipped inside a file of many (a JSONL line) names none, so its earlier
+    version goes. A read that yields no document deletes nothing: it
     is refused, as a wrong path more likely than an emptied corpus.
 
     Records are taken a shard at a time (shard_docs), each shard written
@@ -102,7 +104,7 @@ def add(tx: Transaction, encoder: "Encoder", records: Iterable[Record | Kept], r
         last.inputs, last.skipped = last.inputs + unlisted[0], dict(Counter(last.skipped) + unlisted[1])
         last.skipped_examples = _merged(last.skipped_examples, unlisted[2])
     gone = _missing(tx, named) if delete_missing else {}
-    if delete_missing and not named and gone:
+    if delete_missing and gone and not (new or found or same):
         raise ValueError(f"the inputs gave no document ({sum(skipped.values())} skipped: {dict(skipped)}), so deleting "
                          f"what they miss would empty {tx.out}; to delete documents, name them (`propdex delete`)")
     added = sum(s.docs for s in new)

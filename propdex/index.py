@@ -177,8 +177,9 @@ class Index:
         updating from a whole folder re-encodes only what changed. With
         `delete_missing`, the same commit deletes every document that
         `documents` does not name (`deleted`): the index then mirrors the
-        folder, notes removed from it included. Records skipped this time
-        name nothing, so their earlier versions go too."""
+        folder, notes removed from it included. A file that cannot be read
+        this time keeps its earlier version; a record skipped inside a file
+        of many (a JSONL line) names nothing, so its earlier version goes."""
         return self._write(documents, replace=True, delete_missing=delete_missing)
 
     def sync(self, paths: str | Path | Iterable[str | Path], *, format: str | None = None,
@@ -187,7 +188,9 @@ class Index:
         format), delete_missing=...)`, except that a file read whole (a note,
         a PDF, a page) whose size and modification time are those it was last
         read at is not read again, only counted `unchanged`. A folder of
-        PDFs syncs in the time its changed files take."""
+        PDFs syncs in the time its changed files take. A file keeps the
+        text it was read with until it changes: after an upgrade that reads
+        a format better, `update(read_corpus(paths))` reads every file."""
         given = [paths] if isinstance(paths, (str, Path)) else list(paths)
         with self._writes:
             result = self._writer().sync(given, format, delete_missing=delete_missing)

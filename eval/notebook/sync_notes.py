@@ -26,10 +26,15 @@ EXTRACT = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "wiki
 
 
 def run(*args: str) -> tuple[float, str]:
+    """`propdex -q ARGS --device cpu` in a fresh process: seconds, its last line."""
+    return timed([sys.executable, "-m", "propdex", "-q", *args, "--device", "cpu"])
+
+
+def timed(argv: list[str]) -> tuple[float, str]:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "propdex", "-q", *args, "--device", "cpu"], capture_output=True, text=True)
+    done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode:
-        raise SystemExit(f"propdex {' '.join(args)} failed: {done.stderr[-2000:]}")
+        raise SystemExit(f"{' '.join(argv)} failed: {done.stderr[-2000:]}")
     return time.perf_counter() - started, done.stdout.strip().splitlines()[-1]
 
 
@@ -55,9 +60,14 @@ def main() -> None:
     (notes / "new.md").write_text("# A new note\n\nWritten after the build.\n")
     rows["sync after 3 edits, 2 deletions, 1 new note"] = run("add", str(index), str(notes), "--update", "--delete-missing")
     rows["sync with nothing changed"] = run("add", str(index), str(notes), "--update", "--delete-missing")
-    result = {"command": " ".join(sys.argv), "articles": len(docs), "chars": sum(len(d.text) for d in docs),
+    report(args.out, rows, articles=len(docs), chars=sum(len(d.text) for d in docs))
+
+
+def report(out: Path, rows: dict[str, tuple[float, str]], **facts: object) -> None:
+    """Each timed step's seconds and last line, to `out` (with the command) and the terminal."""
+    result = {"command": " ".join(sys.argv), **facts,
               "rows": {name: {"seconds": round(s, 1), "says": says} for name, (s, says) in rows.items()}}
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    out.write_text(json.dumps(result, indent=1) + "\n")
     for name, (seconds, says) in rows.items():
         print(f"{name}: {seconds:.1f} s  ({says})")
 

@@ -37,12 +37,16 @@ class Skip:
     MAX_ID_BYTES bytes: LMDB keys hold 511), "redirect", "namespace" or
     "unreadable" (a file that cannot be opened or parsed as a whole). `source` is
     "path:line" for line-based formats, "path#id" for records with an id, or
-    the path for a whole file.
+    the path for a whole file. `id` is the id the record would have had,
+    where it is known (a file read whole: its absolute path), so that a sync
+    keeps the earlier version of a file it could not read this time instead
+    of taking it for deleted.
     """
 
     reason: str
     source: str
     detail: str = ""
+    id: str = ""
 
 
 Record = Document | Skip

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from propdex.encoders.provenance import sha256_file
-from propdex.encoders.units import Document
 
 from . import beir, docx, hotpotqa, html, jsonl, mediawiki, notebook, pdf, propsegment, text, wikiextractor
 from .base import FORMATS, FileSkip, Kept, Record, Skip
@@ -190,7 +189,10 @@ def _whole_file(path: Path, fmt: str, max_chars: int, stamp_of: StampOf | None) 
         yield Kept(doc_id, str(path))
         return
     for record in _records(path, fmt, max_chars):
-        yield replace(record, stamp=stamp) if stamp and isinstance(record, Document) and record.id == doc_id else record
+        if isinstance(record, Skip):
+            yield replace(record, id=doc_id)  # the file is there: a sync keeps what it held before
+        else:
+            yield replace(record, stamp=stamp) if stamp and record.id == doc_id else record
 
 
 def _broken_file(path: Path, count: int, error: str) -> Skip:
