@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from propdex.encoders import Document, load_encoder
+from propdex.encoders import load_encoder
 from propdex.indexer import ann
 from propdex.indexer.build import IndexWriter
 from propdex.indexer.manifest import read_manifest, sha256_file

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from propdex.encoders import Document, load_encoder
+from propdex.encoders import load_encoder
 from propdex.cli import main
 from propdex.indexer.build import IndexWriter
 from propdex.retriever import Searcher

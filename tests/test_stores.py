@@ -390,7 +390,6 @@ def test_shards_that_share_a_codec_search_as_one_index_of_the_same_codes(pair, m
     assigned to lists once a search, and rotated for stage 2 once, not once
     a shard."""
     root, encoder = pair
-    from propdex.retriever import candidates
 
     manifest = read_manifest(root / "codes4")
     codec = ann.read_faiss(root / "codes4" / manifest["index"]["trained"])
