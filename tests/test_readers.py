@@ -534,6 +534,37 @@ def test_a_damaged_member_of_a_multistream_dump_loses_only_its_pages(tmp_path: P
     assert set(got) <= set(whole) and len(got) < len(whole)
 
 
+def test_a_large_dump_is_rendered_by_worker_processes_into_the_same_records(tmp_path: Path, dump_records: list[Record],
+                                                                             monkeypatch) -> None:
+    """Past POOL_BYTES a dump's pages are rendered in worker processes: the
+    records, skips and their order are those of a read in one process, a
+    damaged multistream member's loss included (raised by the file at its
+    end, after every page before it)."""
+    from propdex.indexer.readers import mediawiki, parallel
+
+    (dump_file,) = DUMP_DIR.iterdir()
+    xml = bz2.decompress(dump_file.read_bytes())
+    cuts = [m.start() for m in re.finditer(rb"  <page>", xml)]
+    members = [bz2.compress(part) for part in (xml[: cuts[50]], xml[cuts[50] : cuts[120]], xml[cuts[120] :])]
+    damaged = bytearray(members[1])
+    damaged[len(damaged) // 2 : len(damaged) // 2 + 64] = b"\x00" * 64
+    multistream = write_bytes(tmp_path / "multistream.xml.bz2", members[0] + bytes(damaged) + members[2])
+    alone = list(read_corpus([multistream]))
+    started = []
+    real_ordered = parallel.ordered
+
+    def ordered(step, items, n_workers, batch=32, ahead=4):
+        started.append(n_workers)
+        return real_ordered(step, items, n_workers, batch=7, ahead=1)  # many small batches: order is at stake
+
+    monkeypatch.setattr(mediawiki, "POOL_BYTES", 0)
+    monkeypatch.setattr(parallel, "workers", lambda: 2)
+    monkeypatch.setattr(parallel, "ordered", ordered)
+    assert list(read_corpus([DUMP_DIR])) == dump_records
+    pooled = list(read_corpus([multistream]))
+    assert started == [2, 2] and pooled == alone and any(isinstance(r, Skip) and r.reason == "truncated_bz2" for r in pooled)
+
+
 # ------------------------------------------------------- plain text and Markdown
 
 

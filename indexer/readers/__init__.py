@@ -19,7 +19,8 @@ propsegment (with `PropSegment` for training and eval), mediawiki (rendered
 by wikitext), wikiextractor, text (unwrapped by markdown), pdf, html, docx and
 notebook (Jupyter); jsonl also reads JSON documents of records. base holds the
 records and skips, streams opens compressed files, detect tells formats,
-corpus reads paths in order.
+parallel renders a large dump in worker processes, corpus reads paths in
+order.
 """
 from __future__ import annotations
 
