@@ -183,12 +183,15 @@ class Index:
         return self._write(documents, replace=True, delete_missing=delete_missing)
 
     def sync(self, paths: str | Path | Iterable[str | Path], *, format: str | None = None,
-             delete_missing: bool = True) -> dict[str, Any]:
-        """Mirror files and folders in one commit: `update(read_corpus(paths,
-        format), delete_missing=...)`, except that a file read whole (a note,
-        a PDF, a page) whose size and modification time are those it was last
-        read at is not read again, only counted `unchanged`. A folder of
-        PDFs syncs in the time its changed files take. A file keeps the
+             delete_missing: bool = False) -> dict[str, Any]:
+        """Bring the index up to date with files and folders, in one commit:
+        `update(read_corpus(paths, format), delete_missing=...)`, except that
+        a file read whole (a note, a PDF, a page) whose size and modification
+        time are those it was last read at is not read again, only counted
+        `unchanged`. A folder of PDFs syncs in the time its changed files
+        take. `delete_missing=True` mirrors `paths`: every document they do
+        not hold is deleted, those of other folders the index holds too, as
+        with `propdex add --update --delete-missing`. A file keeps the
         text it was read with until it changes: after an upgrade that reads
         a format better, `update(read_corpus(paths))` reads every file."""
         given = [paths] if isinstance(paths, (str, Path)) else list(paths)

@@ -269,7 +269,7 @@ def test_a_sync_reads_only_the_files_that_changed(tmp_path, encoder, monkeypatch
 
     def sync() -> dict:
         read.clear()
-        return index.sync(notes)
+        return index.sync(notes, delete_missing=True)
 
     index = propdex.Index.create(tmp_path / "i", encoder, shard_docs=2)
     assert sync()["added"] == 3 and sorted(read) == ["a.md", "b.md", "c.md"]
@@ -298,6 +298,7 @@ def test_a_sync_reads_only_the_files_that_changed(tmp_path, encoder, monkeypatch
     (notes / "b.md").write_text("Ana and Tom own the budget.\n")
     # A deleted note leaves; the stamps of the rest survive the compaction that rewrites their shards.
     (notes / "c.md").unlink()
+    assert "deleted" not in index.sync(notes) and str(notes / "c.md") in index  # deleting is asked for, never assumed
     assert sync()["deleted"] == 1 and read == ["b.md"]
     index.compact()  # b.md, rewritten as it was, is read at every sync: its stamp is still the first one
     assert sync() == {"added": 0, "replaced": 0, "unchanged": 3, "skipped": {}, "deleted": 0} and read == ["b.md"]
