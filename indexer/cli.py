@@ -153,12 +153,13 @@ def run_index(args: argparse.Namespace) -> int:
             legacy[option] = False if flag == "--keep-punct" else value
     spec = EncoderSpec(spec.name, {**legacy, **spec.options, **({"title": False} if args.no_title else {})})
     encoder = load_encoder(spec, backbone=args.backbone, device=args.device, batch_size=args.batch_size, runtime=args.runtime)
-    records = read_corpus(args.inputs, args.format)  # checks the paths first
+    if (args.num_shards is None) != (args.shard_id is None):
+        raise ValueError("--num-shards and --shard-id go together")
+    part = None if args.num_shards is None else (args.shard_id, args.num_shards)
+    records = read_corpus(args.inputs, args.format, part=part)  # checks the paths first
     inputs = {"paths": [str(Path(p).resolve()) for p in args.inputs], "format": args.format, "limit": args.limit,
               "files": fingerprint(args.inputs, args.format)}
     settings = dataclasses.asdict(IndexSettings(**given(args, IndexSettings)))
-    if (args.num_shards is None) != (args.shard_id is None):
-        raise ValueError("--num-shards and --shard-id go together")
     if args.ray:
         if args.num_shards is not None or args.limit is not None:
             raise ValueError("--ray splits the input itself: leave out --num-shards/--shard-id and --limit")
@@ -172,7 +173,6 @@ def run_index(args: argparse.Namespace) -> int:
         _print_built(manifest, args.out)
         return 0
     writer = IndexWriter(args.out, encoder, inputs=inputs, **settings)
-    part = None if args.num_shards is None else (args.shard_id, args.num_shards)
     manifest = writer.build(records, limit=args.limit, part=part)
     if part is not None:
         c = manifest["counts"]

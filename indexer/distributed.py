@@ -37,7 +37,8 @@ class _PartBuilder:
         docs = []
         for i in batch["part"]:
             writer = IndexWriter(self.parts_dir / f"part-{int(i):04d}", self.encoder, inputs=self.inputs, **self.settings)
-            writer.build(read_corpus(self.paths, self.format), part=(int(i), self.n_parts))
+            part = (int(i), self.n_parts)
+            writer.build(read_corpus(self.paths, self.format, part=part), part=part)
             docs.append(writer.manifest.counts.documents)
         return {"part": batch["part"], "documents": docs}
 

@@ -21,7 +21,7 @@ from propdex.encoders import Document, Encoded, Passage
 from propdex.encoders.text import split_sentences
 
 from .readers import Record, Skip
-from .readers.base import Kept, admitted
+from .readers.base import OTHER_PART, Kept, admitted
 from .store import plain
 
 if TYPE_CHECKING:
@@ -115,6 +115,9 @@ def take(stream: Iterator[Record | Kept], want: int, seen: set[str],
             kept.add(record.id)
             continue
         record = _intake(record, seen)
+        if isinstance(record, Skip) and record.reason == OTHER_PART:
+            raise ValueError(f"{record.source} was left to another part of the build: build the records of "
+                             "read_corpus(..., part=(i, n)) with the same part (IndexWriter.build(..., part=(i, n)))")
         if isinstance(record, Skip):
             _count_skip(record, skipped, examples)
             if record.id:

@@ -565,6 +565,42 @@ def test_a_large_dump_is_rendered_by_worker_processes_into_the_same_records(tmp_
     assert started == [2, 2] and pooled == alone and any(isinstance(r, Skip) and r.reason == "truncated_bz2" for r in pooled)
 
 
+def test_a_part_of_a_build_reads_only_its_own_pages_and_files(tmp_path: Path, dump_records: list[Record], monkeypatch,
+                                                              tiny) -> None:
+    """read_corpus(part=(i, n)) yields every record of part i (j % n == i)
+    as the whole read does, and in the other places an OTHER_PART skip for a
+    page or whole file it did not render or read; a build that is not told
+    the part refuses such a stream rather than count the placeholders."""
+    from propdex.encoders import load_encoder
+    from propdex.indexer.build import IndexWriter
+    from propdex.indexer.readers import mediawiki
+    from propdex.indexer.readers.base import OTHER_PART
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for i in range(5):
+        (notes / f"{i}.md").write_text(f"Note {i} says something about topic {i}.\n")
+    rendered: list[str] = []
+    real_render = mediawiki.render_wikitext
+
+    def render(text: str) -> str:
+        rendered.append(text)
+        return real_render(text)
+
+    monkeypatch.setattr(mediawiki, "render_wikitext", render)
+    whole = dump_records + list(read_corpus([notes]))
+    rendered.clear()
+    for i in range(3):
+        part = list(read_corpus([DUMP_DIR, notes], part=(i, 3)))
+        assert len(part) == len(whole)
+        assert [r for j, r in enumerate(part) if j % 3 == i] == [r for j, r in enumerate(whole) if j % 3 == i]
+        assert all(isinstance(r, Skip) and r.reason == OTHER_PART for j, r in enumerate(part) if j % 3 != i)
+    articles = sum(isinstance(r, Document) for r in dump_records)
+    assert len(rendered) == articles  # each article rendered by one part only
+    with pytest.raises(ValueError, match="another part"):
+        IndexWriter(tmp_path / "i", load_encoder("tokens", backbone=tiny)).build(read_corpus([notes], part=(0, 2)))
+
+
 # ------------------------------------------------------- plain text and Markdown
 
 

@@ -23,6 +23,8 @@ FORMATS = ("jsonl", "json", "beir", "hotpotqa", "propsegment", "mediawiki", "wik
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown", ".rst")
 # LMDB keys hold at most 511 bytes, and a document's key is "id/" + its id.
 MAX_ID_BYTES = 500
+# The skip standing in for a record another part of a build reads (`read_corpus(part=...)`); that part's build drops it.
+OTHER_PART = "other_part"
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,15 @@ import logging
 import os
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from propdex.encoders.provenance import sha256_file
 
 from . import beir, docx, hotpotqa, html, jsonl, mediawiki, notebook, pdf, propsegment, text, wikiextractor
-from .base import FORMATS, FileSkip, Kept, Record, Skip
+from .base import FORMATS, OTHER_PART, FileSkip, Kept, Record, Skip
 from .detect import detect_format, sniff, walk
 from .streams import STREAM_ERRORS, DamagedMembers, is_compressed
 
@@ -58,15 +59,20 @@ def read_corpus(
     format: str | None = None,
     *,
     max_chars: int = 2_000_000,
+    part: tuple[int, int] | None = None,
 ) -> Iterator[Record]:
     """Stream the records of `paths` (files or directories) in order.
 
     `format` forces one format for all paths; by default each path's format is
     detected. Paths are checked here, so a bad path or an undetectable format
     raises `ValueError` at the call, not halfway through a build. Texts longer
-    than `max_chars` are skipped as "too_large".
+    than `max_chars` are skipped as "too_large". `part=(i, n)` reads for part
+    i of n of a build (`IndexWriter.build(..., part=(i, n))`, which keeps
+    records i, i + n, ...): a record of another part that can be told apart
+    before it is read (a whole file, a dump's page) is left unread, an
+    OTHER_PART skip in its place, so n parts do not each render a whole dump.
     """
-    return _read_plan(_plan(paths, format), format is not None, max_chars, None)  # type: ignore[return-value]  # no Kept without stamp_of
+    return _read_plan(_plan(paths, format), format is not None, _Read(max_chars, part=part))  # type: ignore[return-value]  # no Kept without stamp_of
 
 
 def read_changed(paths: Sequence[str | Path], stamp_of: StampOf, format: str | None = None, *,
@@ -77,7 +83,23 @@ def read_changed(paths: Sequence[str | Path], stamp_of: StampOf, format: str | N
     it. The stamps must be equal, not merely older: a file put back from a
     backup is read again. A file touched but not edited is read, and found
     unchanged by the index."""
-    return _read_plan(_plan(paths, format), format is not None, max_chars, stamp_of)
+    return _read_plan(_plan(paths, format), format is not None, _Read(max_chars, stamp_of=stamp_of))
+
+
+@dataclass
+class _Read:
+    """How one read goes: its limit, a sync's stamps, a part's share, and
+    how many records it has yielded so far (where the next one falls in the
+    stream, which decides its part)."""
+
+    max_chars: int
+    stamp_of: StampOf | None = None
+    part: tuple[int, int] | None = None
+    done: int = 0
+
+    def elsewhere(self, ahead: int = 0) -> bool:
+        """Whether the record `ahead` places after the next belongs to another part."""
+        return self.part is not None and (self.done + ahead) % self.part[1] != self.part[0]
 
 
 def _plan(paths: Sequence[str | Path], format: str | None) -> list[tuple[Path, str]]:
@@ -113,15 +135,14 @@ def input_files(paths: Sequence[str | Path], format: str | None = None) -> list[
     return files
 
 
-def _read_plan(plan: list[tuple[Path, str]], forced: bool, max_chars: int, stamp_of: StampOf | None) -> Iterator[Record | Kept]:
+def _read_plan(plan: list[tuple[Path, str]], forced: bool, read: _Read) -> Iterator[Record | Kept]:
     for path, fmt in plan:
-        if path.is_file():
-            yield from _read_file(path, fmt, max_chars, stamp_of)
-        else:
-            yield from _read_directory(path, fmt, forced, max_chars, stamp_of)
+        for record in _read_file(path, fmt, read) if path.is_file() else _read_directory(path, fmt, forced, read):
+            read.done += 1
+            yield record
 
 
-def _read_directory(path: Path, fmt: str, forced: bool, max_chars: int, stamp_of: StampOf | None) -> Iterator[Record | Kept]:
+def _read_directory(path: Path, fmt: str, forced: bool, read: _Read) -> Iterator[Record | Kept]:
     """A folder's files in order, each in its own format unless one is forced."""
     for file, file_fmt in _directory_plan(path, fmt, forced):
         if isinstance(file, Skip):
@@ -131,7 +152,7 @@ def _read_directory(path: Path, fmt: str, forced: bool, max_chars: int, stamp_of
         if file_fmt is None:
             file_fmt, error = sniff(file)
         if file_fmt is not None:
-            yield from _read_file(file, file_fmt, max_chars, stamp_of)
+            yield from _read_file(file, file_fmt, read)
         elif error:
             yield _broken_file(file, 0, error)
         else:
@@ -152,15 +173,18 @@ def _directory_plan(path: Path, fmt: str, forced: bool) -> list[tuple[Path | Ski
     return [(file, None if isinstance(file, Skip) or not forced else fmt) for file in walk(path)]
 
 
-def _read_file(path: Path, fmt: str, max_chars: int, stamp_of: StampOf | None) -> Iterator[Record | Kept]:
-    return _whole_file(path, fmt, max_chars, stamp_of) if fmt in WHOLE_FILES else _records(path, fmt, max_chars)
+def _read_file(path: Path, fmt: str, read: _Read) -> Iterator[Record | Kept]:
+    return _whole_file(path, fmt, read) if fmt in WHOLE_FILES else _records(path, fmt, read)
 
 
-def _records(path: Path, fmt: str, max_chars: int) -> Iterator[Record]:
+def _records(path: Path, fmt: str, read: _Read) -> Iterator[Record]:
     """Records of one file; a file that breaks off ends in a Skip, not an error."""
     count = 0
+    reader = READERS[fmt]
+    if fmt == "mediawiki" and read.part is not None:
+        reader = partial(mediawiki.read, elsewhere=partial(_Read.elsewhere, replace(read)))  # a copy: counting from this file's start
     try:
-        for record in READERS[fmt](path, max_chars):
+        for record in reader(path, read.max_chars):
             count += 1
             yield record
     except FileSkip as e:
@@ -175,20 +199,23 @@ def _records(path: Path, fmt: str, max_chars: int) -> Iterator[Record]:
     log.debug("%s: %d records as %s", path, count, fmt)
 
 
-def _whole_file(path: Path, fmt: str, max_chars: int, stamp_of: StampOf | None) -> Iterator[Record | Kept]:
+def _whole_file(path: Path, fmt: str, read: _Read) -> Iterator[Record | Kept]:
     """A file read as one document, stamped; or Kept, when `stamp_of` says
     the index read it at this very stamp. The stamp is taken before the file
     is read, so an edit made while it is read shows as a change next time."""
     doc_id = os.path.abspath(path)
+    if read.elsewhere():
+        yield Skip(OTHER_PART, str(path))
+        return
     try:
         stat = path.stat()
         stamp = f"{stat.st_size}:{stat.st_mtime_ns}"
     except OSError:
         stamp = ""  # the reader says what is wrong with the file
-    if stamp and stamp_of is not None and stamp_of(doc_id) == stamp:
+    if stamp and read.stamp_of is not None and read.stamp_of(doc_id) == stamp:
         yield Kept(doc_id, str(path))
         return
-    for record in _records(path, fmt, max_chars):
+    for record in _records(path, fmt, read):
         if isinstance(record, Skip):
             yield replace(record, id=doc_id)  # the file is there: a sync keeps what it held before
         else:
