@@ -5,6 +5,9 @@ import bz2
 import gzip
 import json
 import re
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -563,6 +566,41 @@ def test_a_large_dump_is_rendered_by_worker_processes_into_the_same_records(tmp_
     assert list(read_corpus([DUMP_DIR])) == dump_records
     pooled = list(read_corpus([multistream]))
     assert started == [2, 2] and pooled == alone and any(isinstance(r, Skip) and r.reason == "truncated_bz2" for r in pooled)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="workers die with their parent by Linux's PR_SET_PDEATHSIG")
+def test_a_killed_reader_leaves_no_worker_process_behind(tmp_path: Path) -> None:
+    """A build killed while worker processes render its dump (SIGKILL: no
+    cleanup runs) takes its workers with it instead of leaving them waiting
+    on their queue for ever; and a script without a __main__ guard can read."""
+    script = tmp_path / "read.py"
+    script.write_text(
+        "import multiprocessing, sys, time\n"
+        "from propdex.indexer.readers import mediawiki, parallel, read_corpus\n"
+        "mediawiki.POOL_BYTES, parallel.workers = 0, lambda: 2\n"
+        "slow = mediawiki.render_wikitext\n"
+        "mediawiki.render_wikitext = lambda text: (time.sleep(0.2), slow(text))[1]\n"
+        f"for i, record in enumerate(read_corpus([{str(DUMP_DIR)!r}])):\n"
+        "    if i == 0:\n"
+        "        print(*[p.pid for p in multiprocessing.active_children()], flush=True)\n"
+    )
+    reader = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    workers = [int(pid) for pid in reader.stdout.readline().split()]
+    assert len(workers) == 2 and reader.poll() is None
+    reader.kill()
+    reader.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in workers)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for a reaper that may never come (PID 1 in a container)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_a_part_of_a_build_reads_only_its_own_pages_and_files(tmp_path: Path, dump_records: list[Record], monkeypatch,

@@ -10,8 +10,11 @@ memory stays bounded on a stream of any length.
 """
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -22,6 +25,7 @@ R = TypeVar("R")
 
 # Workers at most: past this, reading keeps up with any encoder and only costs memory.
 MAX_WORKERS = 16
+START = "fork" if sys.platform == "linux" else "spawn"  # how workers start (`ordered`)
 
 
 def workers() -> int:
@@ -33,12 +37,16 @@ def workers() -> int:
 def ordered(step: Callable[[T], R], items: Iterable[T], n_workers: int, batch: int = 32, ahead: int = 4) -> Iterator[R]:
     """`step` over `items` in `n_workers` processes, results in the items'
     order. `step` must be picklable (a module's function, or a partial of
-    one). Workers are started fresh ("spawn"): a parent holding a GPU or
-    OpenMP threads cannot be forked safely. An error of `items` itself (a
+    one). Workers are forked on Linux, as PyTorch's DataLoader forks its
+    own, so a user's script needs no `if __name__ == "__main__"` guard (a
+    spawned worker would run the script again); they only parse text, never
+    touching the GPU or OpenMP their parent may hold. Elsewhere they are
+    spawned. An error of `items` itself (a
     damaged file that says so at its end) is raised after the results of
     every item before it, as a loop in one process would; closing the
     iterator early cancels what is still queued."""
-    pool = ProcessPoolExecutor(n_workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(n_workers, mp_context=multiprocessing.get_context(START), initializer=_die_with_parent,
+                               initargs=(os.getpid(),))
     pending: deque[Future[list[R]]] = deque()
     chunk: list[T] = []
     error: Exception | None = None
@@ -65,3 +73,14 @@ def ordered(step: Callable[[T], R], items: Iterable[T], n_workers: int, batch: i
 
 def _each(step: Callable[[T], R], chunk: list[T]) -> list[R]:
     return [step(item) for item in chunk]
+
+
+def _die_with_parent(parent: int) -> None:
+    """A worker ends when the process that started it ends, killed too
+    (Linux's PR_SET_PDEATHSIG): a forked worker holds both ends of its
+    queue, so it would otherwise wait on it forever after a killed build."""
+    if sys.platform != "linux":
+        return
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(0)
