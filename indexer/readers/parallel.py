@@ -41,10 +41,11 @@ def ordered(step: Callable[[T], R], items: Iterable[T], n_workers: int, batch: i
     own, so a user's script needs no `if __name__ == "__main__"` guard (a
     spawned worker would run the script again); they only parse text, never
     touching the GPU or OpenMP their parent may hold. Elsewhere they are
-    spawned. An error of `items` itself (a
-    damaged file that says so at its end) is raised after the results of
-    every item before it, as a loop in one process would; closing the
-    iterator early cancels what is still queued."""
+    spawned. An error of `items` itself (a damaged file that says so at its
+    end) is raised after the results of every item before it, as a loop in
+    one process would; closing the iterator early cancels what is still
+    queued. The thread that starts reading should finish it: a forked
+    worker dies with the thread that forked it (`_die_with_parent`)."""
     pool = ProcessPoolExecutor(n_workers, mp_context=multiprocessing.get_context(START), initializer=_die_with_parent,
                                initargs=(os.getpid(),))
     pending: deque[Future[list[R]]] = deque()
@@ -77,8 +78,9 @@ def _each(step: Callable[[T], R], chunk: list[T]) -> list[R]:
 
 def _die_with_parent(parent: int) -> None:
     """A worker ends when the process that started it ends, killed too
-    (Linux's PR_SET_PDEATHSIG): a forked worker holds both ends of its
-    queue, so it would otherwise wait on it forever after a killed build."""
+    (Linux's PR_SET_PDEATHSIG, which watches the forking thread): a forked
+    worker holds both ends of its queue, so it would otherwise wait on it
+    for ever after a killed build."""
     if sys.platform != "linux":
         return
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
