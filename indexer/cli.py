@@ -42,7 +42,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("index", help="index a corpus", description="Encode a corpus and build a sharded index.")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="files or directories (JSONL, BEIR, HotpotQA, PropSegment, MediaWiki XML, WikiExtractor)")
     p.add_argument("--out", required=True, type=Path, help="index directory (created; an unfinished build there is resumed)")
-    p.add_argument("--encoder", default=EncoderSpec("tokens"), type=_spec, metavar="NAME[:option=value...]",
+    p.add_argument("--encoder", default="tokens", type=_spec, metavar="NAME[:option=value...]",
                    help=f"encoder and its options, as eval's systems spell them: {', '.join(ENCODERS)}; "
                         f"e.g. proposition:dims=64, nugget:ratio=0.25, crossthought:weights=crossthought-3 (default tokens)")
     p.add_argument("--format", choices=FORMATS, help="input format (default: detected)")
