@@ -11,6 +11,7 @@ memory stays bounded on a stream of any length.
 from __future__ import annotations
 
 import ctypes
+import gc
 import multiprocessing
 import os
 import signal
@@ -45,8 +46,8 @@ def ordered(step: Callable[[T], R], items: Iterable[T], n_workers: int, batch: i
     end) is raised after the results of every item before it, as a loop in
     one process would; closing the iterator early cancels what is still
     queued. The thread that starts reading should finish it: a forked
-    worker dies with the thread that forked it (`_die_with_parent`)."""
-    pool = ProcessPoolExecutor(n_workers, mp_context=multiprocessing.get_context(START), initializer=_die_with_parent,
+    worker dies with the thread that forked it (`_started`)."""
+    pool = ProcessPoolExecutor(n_workers, mp_context=multiprocessing.get_context(START), initializer=_started,
                                initargs=(os.getpid(),))
     pending: deque[Future[list[R]]] = deque()
     chunk: list[T] = []
@@ -74,6 +75,14 @@ def ordered(step: Callable[[T], R], items: Iterable[T], n_workers: int, batch: i
 
 def _each(step: Callable[[T], R], chunk: list[T]) -> list[R]:
     return [step(item) for item in chunk]
+
+
+def _started(parent: int) -> None:
+    """A worker's first step: what it inherited from a fork is frozen out of
+    its garbage collector (scanning the parent's objects would copy their
+    pages and cost time), and it dies with its parent."""
+    gc.freeze()
+    _die_with_parent(parent)
 
 
 def _die_with_parent(parent: int) -> None:
