@@ -16,7 +16,6 @@ index read them without reading them again.
 from __future__ import annotations
 
 import logging
-import os
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -48,7 +47,7 @@ READERS: dict[str, Callable[[Path, int], Iterator[Record]]] = {
     "docx": docx.read,
     "notebook": notebook.read,
 }
-# Formats that read a file as one document whose id is the file's absolute path (text.file_document).
+# Formats that read a file as one document whose id is the file's absolute path (text.file_id).
 WHOLE_FILES = frozenset({"text", "pdf", "html", "docx", "notebook"})
 # The stamp a sync compares: None when the index holds no such document, or one read before stamps.
 StampOf = Callable[[str], str | None]
@@ -203,10 +202,10 @@ def _whole_file(path: Path, fmt: str, read: _Read) -> Iterator[Record | Kept]:
     """A file read as one document, stamped; or Kept, when `stamp_of` says
     the index read it at this very stamp. The stamp is taken before the file
     is read, so an edit made while it is read shows as a change next time."""
-    doc_id = os.path.abspath(path)
     if read.elsewhere():
         yield Skip(OTHER_PART, str(path))
         return
+    doc_id = text.file_id(path)
     try:
         stat = path.stat()
         stamp = f"{stat.st_size}:{stat.st_mtime_ns}"

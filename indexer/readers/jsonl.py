@@ -17,13 +17,13 @@ loses that line only.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .base import FileSkip, Record, Skip, document
 from .streams import load_json, open_binary
+from .text import file_id
 
 
 def read(path: Path, max_chars: int) -> Iterator[Record]:
@@ -50,7 +50,7 @@ def read_json(path: Path, max_chars: int) -> Iterator[Record]:
             yield record_from_dict(obj, source, max_chars) if isinstance(obj, dict) else Skip(
                 "malformed_json", source, f"a JSON {type(obj).__name__}, not an object")
     elif isinstance(data, dict) and isinstance(data.get("text"), str):
-        yield record_from_dict(data if ("id" in data or "_id" in data) else {"id": os.path.abspath(path), **data},
+        yield record_from_dict(data if ("id" in data or "_id" in data) else {"id": file_id(path), **data},
                                str(path), max_chars)
     else:
         what = "an object without a text field" if isinstance(data, dict) else f"a JSON {type(data).__name__}"

@@ -38,11 +38,17 @@ def file_bytes(path: Path, max_chars: int) -> bytes | Skip:
     return data
 
 
+def file_id(path: Path) -> str:
+    """The id of a document that is a whole file: its absolute path, so a
+    file keeps its id however a command line names it."""
+    return os.path.abspath(path)
+
+
 def file_document(path: Path, text: str, title: str, max_chars: int, fields: dict[str, Any]) -> Record:
     """A whole file as one Document (a note, a PDF, a page): its id is its
-    absolute path, and so is its `path` metadata (the file's own fields
-    win); untitled, it is titled by its name without its suffix."""
-    doc_id = os.path.abspath(path)
+    absolute path (`file_id`), and so is its `path` metadata (the file's own
+    fields win); untitled, it is titled by its name without its suffix."""
+    doc_id = file_id(path)
     return document(doc_id, text, title or bare_name(path).stem, str(path), max_chars, metadata={"path": doc_id, **fields})
 
 
