@@ -37,6 +37,12 @@ _REGISTRY = {
     "crossthought": "crossthought:CrossThoughtEncoder",
 }
 ENCODERS = tuple(_REGISTRY)
+# Options added after indexes were first built, at the values that reproduce
+# what those indexes stored (their manifests lack them). Kept here, not on
+# the classes, so reading a manifest imports no model code (torch).
+_LEGACY_OPTIONS: dict[str, dict[str, Any]] = {
+    "crossthought": {"words": False},  # indexes from before `words` stored the slots alone
+}
 
 
 def encoder_class(name: str) -> type["Encoder"]:
@@ -93,8 +99,10 @@ def flag(value: Any) -> bool:
 def recorded_config(config: dict[str, Any]) -> dict[str, Any]:
     """A manifest's encoder entry with the options it predates filled in at
     the values its index was built with: no title before titles existed, and
-    each encoder's `legacy_options`."""
-    return {"title": False, **encoder_class(config["name"]).legacy_options, **config}
+    each encoder's legacy options (`_LEGACY_OPTIONS`)."""
+    if config["name"] not in _REGISTRY:
+        raise ValueError(f"unknown encoder {config['name']!r}; choose from {', '.join(ENCODERS)}")
+    return {"title": False, **_LEGACY_OPTIONS.get(config["name"], {}), **config}
 
 
 def encoder_from_config(

@@ -73,9 +73,6 @@ class Encoder(ABC):
     # key blocks) are re-scored in stage 2 by the softmax over candidates
     # averaged over blocks; 0: by the inner product itself.
     attention_blocks: int = 0
-    # Options added after indexes were first built, at the values that
-    # reproduce what those indexes stored (their manifests lack them).
-    legacy_options: ClassVar[dict[str, Any]] = {}
     # A document's title goes in front of every passage cut from it
     # (`[CLS] title [SEP] text [SEP]`, as DPR encodes Wikipedia); set by
     # `load_encoder(title=...)`, recorded in the index's encoder config.

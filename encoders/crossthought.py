@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -133,8 +133,6 @@ class CrossThoughtEncoder(Encoder):
 
     name = "crossthought"
     kind = Kind.SLOT
-    # Indexes from before `words` existed stored the slots alone.
-    legacy_options: ClassVar[dict[str, Any]] = {"words": False}
 
     def __init__(self, backbone: Backbone, batch_size: int = 32, weights: str = DEFAULT_WEIGHTS,
                  weights_sha256: str | None = None, score: str = "alpha", words: bool | str = True) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from propdex.encoders import recorded_config
+from propdex.encoders.deferred import DeferredEncoder
 
 from . import ann, living, phases
 from .commit import TRAINED, Transaction, ours, peak_rss_mb, shard_name
@@ -101,9 +102,13 @@ class IndexWriter:
         return manifest
 
     def _fresh(self, settings: Settings) -> Manifest:
-        b = self.encoder.backbone
+        if isinstance(self.encoder, DeferredEncoder):  # the index's own: its backbone is checked when it loads
+            backbone = Manifest.read(self.out).backbone
+        else:
+            b = self.encoder.backbone
+            backbone = Backbone(name=b.name, source=b.source, weights_sha256=b.weights_hash, runtime=b.runtime)
         return Manifest(encoder=self.encoder.config(), settings=settings, inputs=self.inputs, index=None, shards=[],
-                        backbone=Backbone(name=b.name, source=b.source, weights_sha256=b.weights_hash, runtime=b.runtime))
+                        backbone=backbone)
 
     def _resume(self, fresh: Manifest) -> Manifest:
         """The committed manifest, if it was built as this writer would build."""
@@ -170,12 +175,12 @@ class IndexWriter:
     @classmethod
     def open(cls, out: str | Path, encoder: "Encoder | None" = None, *, device: str = "auto", wait: float = 0.0) -> "IndexWriter":
         """A writer for the existing index at `out`, with the settings it was
-        built with (and its encoder, unless one is given)."""
-        from propdex.encoders import encoder_from_config
-
+        built with (and its encoder, unless one is given: then the index's
+        own, loaded on `device` when the writer first encodes, so a delete, a
+        compact or a sync that finds nothing changed loads no model)."""
         manifest = Manifest.read(Path(out))
         if encoder is None:
-            encoder = encoder_from_config(manifest.encoder, device=device)
+            encoder = DeferredEncoder(manifest.encoder, manifest.backbone.weights_sha256, device=device)
         settings = manifest.settings.to_json()
         return cls(out, encoder, wait=wait, **{k: settings[k] for k in SETTINGS if k in settings})
 

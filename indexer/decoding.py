@@ -12,14 +12,16 @@ in cache (`retriever.scoring.decoded_similarities`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from .codes import _four_bit, _on_quantizer_of
 from .faiss_setup import apply_threads, faiss
 from .hnsw import HnswIndex
+
+if TYPE_CHECKING:  # torch is imported where stage 2 decodes: reading an index's records needs none of it
+    import torch
 
 
 def decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = None) -> Callable[[np.ndarray], np.ndarray]:
@@ -49,6 +51,8 @@ def decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = No
         return decode
 
     def rescaled(ids: np.ndarray) -> np.ndarray:
+        import torch
+
         x = decode(ids)
         # In place, by torch: a query decodes thousands of rows, and numpy's
         # norm and divide (new arrays each) cost several times more.
@@ -60,6 +64,8 @@ def decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = No
 
 def to_length(rows: torch.Tensor, norm: float) -> torch.Tensor:
     """`rows` scaled in place to length `norm` each (on the device they lie on)."""
+    import torch
+
     return rows.mul_(torch.linalg.vector_norm(rows, dim=1, keepdim=True).clamp_min_(1e-12).reciprocal_().mul_(norm))
 
 
@@ -148,6 +154,8 @@ class CodesDecoder:
     does not decode (FAISS's decoder does)."""
 
     def __init__(self, codec: Any, norm: float | None, device: "str | torch.device | None" = None) -> None:
+        import torch
+
         typed = faiss.downcast_index(codec)
         if isinstance(typed, faiss.IndexPreTransform) and _rotation(typed) is None:
             raise ValueError("tables decode codes behind an orthonormal rotation only (OPQ's), not another transform")
@@ -173,6 +181,8 @@ class CodesDecoder:
     def __call__(self, rows: np.ndarray) -> "np.ndarray | torch.Tensor":
         """(n, list bytes + code bytes) uint8 standalone codes -> (n, d)
         float32: a numpy array, or a tensor on the device."""
+        import torch
+
         if self.device is None:
             rows = np.ascontiguousarray(rows)
             x = self.table.take(rows[:, self.list_bytes :] + self.offsets).view(np.float32).reshape(len(rows), self.width)

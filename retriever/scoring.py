@@ -9,9 +9,16 @@ Cross-Thought first turns its block inner products into attention weights
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
+
+# torch multiplies stage 2's blocks; it is imported where they are, so that
+# the commands that only read an index's records (info, verify, delete) and
+# `--help` do not pay for it.
 
 
 def similarities(queries: np.ndarray, parts: Sequence[np.ndarray], block_rows: int = 4096) -> np.ndarray:
@@ -26,6 +33,8 @@ def similarities(queries: np.ndarray, parts: Sequence[np.ndarray], block_rows: i
     fresh array as large as all of their vectors, which costs more than
     the product. The result is exactly numpy's float32 product.
     """
+    import torch
+
     q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
     dim = q.shape[1]
     n = sum(len(p) for p in parts)
@@ -67,6 +76,8 @@ def decoded_similarities(queries: np.ndarray, decode: Callable[[np.ndarray], "np
     torch tensors there: each block is multiplied there and only the
     product comes back.
     """
+    import torch
+
     q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
     out = torch.empty((len(q), len(ids)), dtype=torch.float32)
     bounds = list(range(0, len(ids), block_rows)) + [len(ids)]

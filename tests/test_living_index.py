@@ -423,6 +423,42 @@ def test_readers_keep_the_records_other_fields(tmp_path):
     assert wiki.metadata["url"] == "http://en.wikipedia.org/wiki?curid=12" and "id" not in wiki.metadata
 
 
+def test_a_writer_loads_its_model_only_to_encode(tmp_path, tiny_dir):
+    """A writer opened on an index builds its encoder at its first encode:
+    a sync that finds nothing changed, a delete, `info`, `verify` and
+    `--help` never import torch; the weights check an open made is made
+    when the model loads, before anything is committed."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for name, text in (("a.md", "The launch moved to June."), ("b.md", "Ana owns the budget.")):
+        (notes / name).write_text(text + "\n")
+    out = tmp_path / "i"
+    assert main(["-q", "index", str(notes), "--out", str(out), "--encoder", "single", "--backbone", str(tiny_dir), "--device", "cpu"]) == 0
+    script = (
+        "import sys\nfrom propdex.cli import main\n"
+        f"codes = [main(['-q', 'add', {str(out)!r}, {str(notes)!r}, '--update']), main(['-q', 'delete', {str(out)!r}, 'nope']),"
+        f" main(['-q', 'info', {str(out)!r}]), main(['-q', 'verify', {str(out)!r}])]\n"
+        "print(codes, 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[0, 1, 0, 0] False"
+
+    writer = IndexWriter.open(out, device="cpu")
+    assert writer.sync([notes])["unchanged"] == 2 and not writer.encoder.loaded
+    (notes / "b.md").write_text("Ana and Tom own the budget.\n")
+    writer = IndexWriter.open(out, device="cpu")
+    assert writer.sync([notes])["replaced"] == 1 and writer.encoder.loaded
+    # Other weights than the index's are refused when they load, and nothing is committed.
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["backbone"]["weights_sha256"] = "0" * 64
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (notes / "a.md").write_text("The launch moved to July.\n")
+    with pytest.raises(ValueError, match="other weights"):
+        IndexWriter.open(out, device="cpu").sync([notes])
+    assert json.loads((out / "manifest.json").read_text())["generation"] == manifest["generation"]
+
+
 def test_cli_add_delete_compact_and_filtered_json_search(tmp_path, tiny_dir, capsys):
     first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     docs = [{"id": d.id, "title": d.title, "text": d.text, "year": 2000 + i % 2} for i, d in enumerate(_docs(12))]
