@@ -87,6 +87,17 @@ class IndexWriter:
         """The index's settings, as recorded (raw view)."""
         return self.manifest.settings.to_json()
 
+    @property
+    def resume_at(self) -> int:
+        """Where a re-run of this build reads on from, in the stream of
+        records it was given: those its committed shards consumed (all of a
+        part's stream, other parts' records included, below its next). Read
+        the input with `read_corpus(..., start=writer.resume_at)` and they are
+        not parsed again; a build given more records passes over them."""
+        m = self.manifest
+        consumed = sum(s.inputs for s in m.shards) if m.status == Status.ENCODING else 0
+        return consumed * (m.part.of if m.part else 1)
+
     # -- opening, resuming ------------------------------------------------------
     def _open(self, wanted: Settings) -> Manifest:
         """The manifest to go on from: the committed one (checked against

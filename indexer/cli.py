@@ -156,7 +156,7 @@ def run_index(args: argparse.Namespace) -> int:
     if (args.num_shards is None) != (args.shard_id is None):
         raise ValueError("--num-shards and --shard-id go together")
     part = None if args.num_shards is None else (args.shard_id, args.num_shards)
-    records = read_corpus(args.inputs, args.format, part=part)  # checks the paths first
+    read_corpus(args.inputs, args.format)  # checks the paths before anything is written
     inputs = {"paths": [str(Path(p).resolve()) for p in args.inputs], "format": args.format, "limit": args.limit,
               "files": fingerprint(args.inputs, args.format)}
     settings = dataclasses.asdict(IndexSettings(**given(args, IndexSettings)))
@@ -173,6 +173,7 @@ def run_index(args: argparse.Namespace) -> int:
         _print_built(manifest, args.out)
         return 0
     writer = IndexWriter(args.out, encoder, inputs=inputs, **settings)
+    records = read_corpus(args.inputs, args.format, part=part, start=writer.resume_at)  # a resumed build reads on where it stopped
     manifest = writer.build(records, limit=args.limit, part=part)
     if part is not None:
         c = manifest["counts"]

@@ -21,7 +21,7 @@ from propdex.encoders import Document, Encoded, Passage
 from propdex.encoders.text import split_sentences
 
 from .readers import Record, Skip
-from .readers.base import OTHER_PART, Kept, admitted
+from .readers.base import COMMITTED, OTHER_PART, UNREAD, Kept, admitted
 from .store import plain
 
 if TYPE_CHECKING:
@@ -115,9 +115,8 @@ def take(stream: Iterator[Record | Kept], want: int, seen: set[str],
             kept.add(record.id)
             continue
         record = _intake(record, seen)
-        if isinstance(record, Skip) and record.reason == OTHER_PART:
-            raise ValueError(f"{record.source} was left to another part of the build: build the records of "
-                             "read_corpus(..., part=(i, n)) with the same part (IndexWriter.build(..., part=(i, n)))")
+        if isinstance(record, Skip) and record.reason in UNREAD:
+            raise ValueError(_UNREAD_MESSAGES[record.reason].format(record.source))
         if isinstance(record, Skip):
             _count_skip(record, skipped, examples)
             if record.id:
@@ -126,6 +125,14 @@ def take(stream: Iterator[Record | Kept], want: int, seen: set[str],
         seen.add(record.id)
         docs.append(record)
     return docs, n_inputs, skipped, examples
+
+
+_UNREAD_MESSAGES = {
+    OTHER_PART: "{} was left to another part of the build: build the records of read_corpus(..., part=(i, n)) "
+                "with the same part (IndexWriter.build(..., part=(i, n)))",
+    COMMITTED: "{} was left unread as committed before, but this build has not committed it: read the input with "
+               "read_corpus(..., start=writer.resume_at)",
+}
 
 
 def _intake(record: Record | Kept, seen: set[str]) -> Record:
@@ -162,8 +169,13 @@ def _count_skip(record: Skip, skipped: Counter, examples: dict[str, list[str]]) 
 
 
 def skip_records(stream: Iterator[Record], n: int) -> None:
-    """Advance past the `n` records committed shards already consumed."""
-    for _ in range(n):
-        if next(stream, None) is None:
-            break
+    """Advance past the `n` records committed shards already consumed (a
+    stream read with `read_corpus(..., start=n)` leaves them unread)."""
+    if not n:
+        return
+    with tqdm(desc="resume: passing over committed records", unit="record", total=n, dynamic_ncols=True) as bar:
+        for _ in range(n):
+            if next(stream, None) is None:
+                break
+            bar.update()
 

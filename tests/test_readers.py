@@ -603,21 +603,18 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_part_of_a_build_reads_only_its_own_pages_and_files(tmp_path: Path, dump_records: list[Record], monkeypatch,
-                                                              tiny) -> None:
-    """read_corpus(part=(i, n)) yields every record of part i (j % n == i)
-    as the whole read does, and in the other places an OTHER_PART skip for a
-    page or whole file it did not render or read; a build that is not told
-    the part refuses such a stream rather than count the placeholders."""
-    from propdex.encoders import load_encoder
-    from propdex.indexer.build import IndexWriter
-    from propdex.indexer.readers import mediawiki
-    from propdex.indexer.readers.base import OTHER_PART
-
+def _five_notes(tmp_path: Path) -> Path:
     notes = tmp_path / "notes"
     notes.mkdir()
     for i in range(5):
         (notes / f"{i}.md").write_text(f"Note {i} says something about topic {i}.\n")
+    return notes
+
+
+def _count_renders(monkeypatch) -> list[str]:
+    """The wikitext of every page the MediaWiki reader renders from now on (in this process)."""
+    from propdex.indexer.readers import mediawiki
+
     rendered: list[str] = []
     real_render = mediawiki.render_wikitext
 
@@ -626,6 +623,21 @@ def test_a_part_of_a_build_reads_only_its_own_pages_and_files(tmp_path: Path, du
         return real_render(text)
 
     monkeypatch.setattr(mediawiki, "render_wikitext", render)
+    return rendered
+
+
+def test_a_part_of_a_build_reads_only_its_own_pages_and_files(tmp_path: Path, dump_records: list[Record], monkeypatch,
+                                                              tiny) -> None:
+    """read_corpus(part=(i, n)) yields every record of part i (j % n == i)
+    as the whole read does, and in the other places an OTHER_PART skip for a
+    page or whole file it did not render or read; a build that is not told
+    the part refuses such a stream rather than count the placeholders."""
+    from propdex.encoders import load_encoder
+    from propdex.indexer.build import IndexWriter
+    from propdex.indexer.readers.base import OTHER_PART
+
+    notes = _five_notes(tmp_path)
+    rendered = _count_renders(monkeypatch)
     whole = dump_records + list(read_corpus([notes]))
     rendered.clear()
     for i in range(3):
@@ -637,6 +649,55 @@ def test_a_part_of_a_build_reads_only_its_own_pages_and_files(tmp_path: Path, du
     assert len(rendered) == articles  # each article rendered by one part only
     with pytest.raises(ValueError, match="another part"):
         IndexWriter(tmp_path / "i", load_encoder("tokens", backbone=tiny)).build(read_corpus([notes], part=(0, 2)))
+
+
+def test_a_resumed_build_reads_on_where_it_stopped(tmp_path: Path, dump_records: list[Record], monkeypatch, tiny) -> None:
+    """read_corpus(start=n) leaves the first n records unread where it can
+    tell them apart (a dump's pages, whole files), a COMMITTED skip in each
+    place; a build killed after some shards, resumed from
+    `IndexWriter.resume_at`, renders only the articles it had not committed
+    and ends as an uninterrupted build; a build that did not commit what a
+    stream left unread refuses it."""
+    from propdex.encoders import load_encoder
+    from propdex.indexer.build import IndexWriter
+    from propdex.indexer.readers.base import COMMITTED, OTHER_PART
+
+    notes = _five_notes(tmp_path)
+    rendered = _count_renders(monkeypatch)
+    whole = dump_records + list(read_corpus([notes]))
+    articles_from = lambda n: sum(isinstance(r, Document) for r in dump_records[n:])  # noqa: E731
+    for start in (0, 7, len(dump_records) + 2, len(whole)):
+        rendered.clear()
+        records = list(read_corpus([DUMP_DIR, notes], start=start))
+        assert records[start:] == whole[start:] and len(records) == len(whole)
+        assert all(isinstance(r, Skip) and r.reason == COMMITTED for r in records[:start])
+        assert len(rendered) == articles_from(start)
+    records = list(read_corpus([DUMP_DIR, notes], part=(1, 3), start=6))  # a part resumed: its own records from 6 on
+    assert [r for j, r in enumerate(records) if j % 3 == 1 and j >= 6] == [r for j, r in enumerate(whole) if j % 3 == 1 and j >= 6]
+    assert all(r.reason == (COMMITTED if j < 6 else OTHER_PART) for j, r in enumerate(records) if j < 6 or j % 3 != 1)
+
+    encoder = load_encoder("single", backbone=tiny)
+
+    def killed(records, after: int):
+        for j, record in enumerate(records):
+            if j == after:
+                raise KeyboardInterrupt  # the build stops here, its committed shards kept
+            yield record
+
+    IndexWriter(tmp_path / "whole", encoder, shard_docs=4, factory="Flat").build(read_corpus([DUMP_DIR, notes]))
+    with pytest.raises(KeyboardInterrupt):
+        IndexWriter(tmp_path / "i", encoder, shard_docs=4, factory="Flat").build(killed(read_corpus([DUMP_DIR, notes]), 100))
+    writer = IndexWriter(tmp_path / "i", encoder, shard_docs=4, factory="Flat")
+    at = writer.resume_at
+    assert 0 < at <= 100 and at == sum(s.inputs for s in writer.manifest.shards)
+    rendered.clear()
+    resumed = writer.build(read_corpus([DUMP_DIR, notes], start=at))
+    assert len(rendered) == articles_from(at) < articles_from(0)
+    built = IndexWriter(tmp_path / "whole", encoder, shard_docs=4, factory="Flat").manifest
+    assert resumed["counts"] == built.to_json()["counts"]
+    assert [s["lmdb_sha256"] for s in resumed["shards"]] == [s.lmdb_sha256 for s in built.shards]
+    with pytest.raises(ValueError, match="left unread as committed"):
+        IndexWriter(tmp_path / "fresh", encoder).build(read_corpus([notes], start=2))
 
 
 # ------------------------------------------------------- plain text and Markdown

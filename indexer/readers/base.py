@@ -23,8 +23,13 @@ FORMATS = ("jsonl", "json", "beir", "hotpotqa", "propsegment", "mediawiki", "wik
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown", ".rst")
 # LMDB keys hold at most 511 bytes, and a document's key is "id/" + its id.
 MAX_ID_BYTES = 500
-# The skip standing in for a record another part of a build reads (`read_corpus(part=...)`); that part's build drops it.
+# Skips standing in for records a read leaves unread: another part of a build
+# reads it (`read_corpus(part=...)`; that part's build drops it), or the
+# committed shards of a resumed build consumed it (`read_corpus(start=...)`;
+# the build passes over it). A build meets neither as a record.
 OTHER_PART = "other_part"
+COMMITTED = "committed"
+UNREAD = (OTHER_PART, COMMITTED)
 
 
 @dataclass(frozen=True)

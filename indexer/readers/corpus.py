@@ -26,7 +26,7 @@ from typing import Any
 from propdex.encoders.provenance import sha256_file
 
 from . import beir, docx, hotpotqa, html, jsonl, mediawiki, notebook, pdf, propsegment, text, wikiextractor
-from .base import FORMATS, OTHER_PART, FileSkip, Kept, Record, Skip
+from .base import COMMITTED, FORMATS, OTHER_PART, FileSkip, Kept, Record, Skip
 from .detect import detect_format, sniff, walk
 from .streams import STREAM_ERRORS, DamagedMembers, is_compressed
 
@@ -59,6 +59,7 @@ def read_corpus(
     *,
     max_chars: int = 2_000_000,
     part: tuple[int, int] | None = None,
+    start: int = 0,
 ) -> Iterator[Record]:
     """Stream the records of `paths` (files or directories) in order.
 
@@ -70,8 +71,13 @@ def read_corpus(
     records i, i + n, ...): a record of another part that can be told apart
     before it is read (a whole file, a dump's page) is left unread, an
     OTHER_PART skip in its place, so n parts do not each render a whole dump.
+    `start=n` leaves the first n records unread in the same way (a COMMITTED
+    skip in place of each that can be told apart): what a resumed build
+    passes over, having committed them before it stopped
+    (`IndexWriter.resume_at`), so a build killed far into a dump or a
+    folder of PDFs does not parse them all again.
     """
-    return _read_plan(_plan(paths, format), format is not None, _Read(max_chars, part=part))  # type: ignore[return-value]  # no Kept without stamp_of
+    return _read_plan(_plan(paths, format), format is not None, _Read(max_chars, part=part, start=start))  # type: ignore[return-value]  # no Kept without stamp_of
 
 
 def read_changed(paths: Sequence[str | Path], stamp_of: StampOf, format: str | None = None, *,
@@ -87,18 +93,31 @@ def read_changed(paths: Sequence[str | Path], stamp_of: StampOf, format: str | N
 
 @dataclass
 class _Read:
-    """How one read goes: its limit, a sync's stamps, a part's share, and
-    how many records it has yielded so far (where the next one falls in the
-    stream, which decides its part)."""
+    """How one read goes: its limit, a sync's stamps, a part's share, the
+    records a resumed build committed, and how many records it has yielded
+    so far (where the next one falls in the stream, which decides whether
+    it is read)."""
 
     max_chars: int
     stamp_of: StampOf | None = None
     part: tuple[int, int] | None = None
+    start: int = 0
     done: int = 0
 
-    def elsewhere(self, ahead: int = 0) -> bool:
-        """Whether the record `ahead` places after the next belongs to another part."""
-        return self.part is not None and (self.done + ahead) % self.part[1] != self.part[0]
+    def unread(self, ahead: int = 0) -> str | None:
+        """Why the record `ahead` places after the next is left unread
+        (COMMITTED, OTHER_PART), or None: it is read."""
+        at = self.done + ahead
+        if at < self.start:
+            return COMMITTED
+        if self.part is not None and at % self.part[1] != self.part[0]:
+            return OTHER_PART
+        return None
+
+    @property
+    def selective(self) -> bool:
+        """Whether this read leaves any record unread."""
+        return self.part is not None or self.start > 0
 
 
 def _plan(paths: Sequence[str | Path], format: str | None) -> list[tuple[Path, str]]:
@@ -180,8 +199,8 @@ def _records(path: Path, fmt: str, read: _Read) -> Iterator[Record]:
     """Records of one file; a file that breaks off ends in a Skip, not an error."""
     count = 0
     reader = READERS[fmt]
-    if fmt == "mediawiki" and read.part is not None:
-        reader = partial(mediawiki.read, elsewhere=partial(_Read.elsewhere, replace(read)))  # a copy: counting from this file's start
+    if fmt == "mediawiki" and read.selective:
+        reader = partial(mediawiki.read, unread=partial(_Read.unread, replace(read)))  # a copy: counting from this file's start
     try:
         for record in reader(path, read.max_chars):
             count += 1
@@ -202,8 +221,9 @@ def _whole_file(path: Path, fmt: str, read: _Read) -> Iterator[Record | Kept]:
     """A file read as one document, stamped; or Kept, when `stamp_of` says
     the index read it at this very stamp. The stamp is taken before the file
     is read, so an edit made while it is read shows as a change next time."""
-    if read.elsewhere():
-        yield Skip(OTHER_PART, str(path))
+    reason = read.unread()
+    if reason:
+        yield Skip(reason, str(path))
         return
     doc_id = text.file_id(path)
     try:

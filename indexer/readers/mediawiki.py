@@ -18,33 +18,33 @@ from functools import partial
 from pathlib import Path
 
 from . import parallel
-from .base import OTHER_PART, Record, Skip, document
+from .base import Record, Skip, document
 from .streams import open_binary
 from .wikitext import render_wikitext
 
 _PAGE, _END = b"<page>", b"</page>"
 _BLOCK = 1 << 20
 _REDIRECT_TEXT = re.compile(r"\s*#redirect", re.IGNORECASE)
-_ELSEWHERE = b"<another part's page>"  # in place of the bytes of a page another part reads
 # A dump file this large (as stored, compressed or not) is rendered by worker processes: below it, starting
 # them costs more than they save.
 POOL_BYTES = 64 << 20
 
 
-def read(path: Path, max_chars: int, elsewhere: Callable[[int], bool] | None = None) -> Iterator[Record]:
+def read(path: Path, max_chars: int, unread: Callable[[int], str | None] | None = None) -> Iterator[Record]:
     """Pages of a MediaWiki XML export, streamed; articles rendered to text.
 
     A page that breaks off where another begins (what a damaged member of a
     multistream dump leaves) is one skip too, and the next page is whole. A
     file that ends inside a page ends in a Skip, after the file is closed
     (closing a damaged dump reports its lost members instead). A page that
-    `elsewhere(k)` (k: the page's place in the file, from 0) gives to
-    another part of a build is not parsed: an OTHER_PART skip stands in."""
+    `unread(k)` (k: the page's place in the file, from 0) leaves unread, for
+    another part of a build or one a resumed build committed, is not parsed:
+    a skip with the reason it gives stands in."""
     cutter = _PageCutter()
     count, n_workers = 0, parallel.workers() if path.stat().st_size >= POOL_BYTES else 1
     pages = _cut(path, cutter)
-    if elsewhere is not None:
-        pages = ((number, _ELSEWHERE if elsewhere(k) else page) for k, (number, page) in enumerate(pages))
+    if unread is not None:
+        pages = ((number, unread(k) or page) for k, (number, page) in enumerate(pages))
     step = partial(_numbered_page, path=path, max_chars=max_chars)
     for record in parallel.ordered(step, pages, n_workers) if n_workers > 1 else map(step, pages):
         count += 1
@@ -94,14 +94,15 @@ class _PageCutter:
             yield self.number, page
 
 
-def _numbered_page(numbered: tuple[int, bytes | None], path: Path, max_chars: int) -> Record:
+def _numbered_page(numbered: tuple[int, bytes | str | None], path: Path, max_chars: int) -> Record:
     return _page(numbered[1], numbered[0], path, max_chars)
 
 
-def _page(page: bytes | None, number: int, path: Path, max_chars: int) -> Record:
-    """The record of one cut page: a Skip for a broken or malformed one."""
-    if page == _ELSEWHERE:  # equal, not identical: it may have crossed to a worker process
-        return Skip(OTHER_PART, f"{path}#page {number}")
+def _page(page: bytes | str | None, number: int, path: Path, max_chars: int) -> Record:
+    """The record of one cut page: a Skip for a broken or malformed one, or
+    for one left unread (`page` is then the reason, a str)."""
+    if isinstance(page, str):
+        return Skip(page, f"{path}#page {number}")
     if page is None:
         return Skip("malformed_xml", f"{path}#page {number}", "the page breaks off where another begins")
     try:
