@@ -38,7 +38,7 @@ class _PartBuilder:
         for i in batch["part"]:
             writer = IndexWriter(self.parts_dir / f"part-{int(i):04d}", self.encoder, inputs=self.inputs, **self.settings)
             part = (int(i), self.n_parts)
-            writer.build(read_corpus(self.paths, self.format, part=part), part=part)
+            writer.build(read_corpus(self.paths, self.format, part=part, start=writer.resume_at), part=part)
             docs.append(writer.manifest.counts.documents)
         return {"part": batch["part"], "documents": docs}
 
