@@ -338,18 +338,26 @@ def _decoding_store(tx: Transaction, shard: Shard, codec: Callable[[], Any]) -> 
     return store
 
 
+def _live_shards(tx: Transaction) -> Iterator[tuple[int, ShardStore, set[int]]]:
+    """(position, open store, deleted ordinals) of each shard in turn; each
+    store is closed when the next is asked for (or the loop ends)."""
+    for i, s in enumerate(tx.manifest.shards):
+        store = tx.store(s)
+        try:
+            yield i, store, set(tx.deleted(s).tolist())
+        finally:
+            store.close()
+
+
 def find(tx: Transaction, doc_ids: list[str]) -> dict[str, tuple[int, int]]:
     """The live documents among `doc_ids`: id -> (shard position, ordinal)."""
     found: dict[str, tuple[int, int]] = {}
-    for i, s in enumerate(tx.manifest.shards):
-        store = tx.store(s)
-        dead = set(tx.deleted(s).tolist())
+    for i, store, dead in _live_shards(tx):
         for doc_id in doc_ids:
             if doc_id not in found:
                 o = store.ordinal(doc_id)
                 if o is not None and o not in dead:
                     found[doc_id] = (i, o)
-        store.close()
     return found
 
 
@@ -381,11 +389,8 @@ class Stamps:
 def _missing(tx: Transaction, named: set[str]) -> dict[str, tuple[int, int]]:
     """The live documents whose id is not in `named`: id -> (shard position, ordinal)."""
     out: dict[str, tuple[int, int]] = {}
-    for i, s in enumerate(tx.manifest.shards):
-        store = tx.store(s)
-        dead = set(tx.deleted(s).tolist())
+    for i, store, dead in _live_shards(tx):
         out.update((doc_id, (i, o)) for doc_id, o in store.id_ordinals() if o not in dead and doc_id not in named)
-        store.close()
     return out
 
 
