@@ -420,6 +420,9 @@ def test_unknown_or_missing_input_raises_at_call_time(tmp_path: Path) -> None:
         detect_format(tmp_path)
     with pytest.raises(ValueError, match="no such file"):
         read_corpus([tmp_path / "missing.jsonl"])
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    with pytest.raises(ValueError, match="the folder holds no files to read"):
+        read_corpus([tmp_path / "empty"])
     with pytest.raises(ValueError, match="unknown format"):
         read_corpus([text], format="csv")
     assert "beir" in FORMATS and "csv" not in FORMATS

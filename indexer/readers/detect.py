@@ -40,14 +40,17 @@ def detect_format(path: str | Path) -> str:
     if not path.exists():
         raise ValueError(f"{path}: no such file or directory")
     if path.is_dir():
-        fmt, error = directory_format(path), None
+        fmt, error, files = directory_format(path), None, 0
         if fmt is None:
             for file in walk(path):
                 if isinstance(file, Skip):
                     continue
+                files += 1
                 fmt, error = sniff(file)
                 if fmt is not None:
                     break
+            if not files:
+                raise ValueError(f"{path}: the folder holds no files to read")
     else:
         fmt, error = sniff(path)
     if fmt is None:
