@@ -138,7 +138,7 @@ def run_compact(args: argparse.Namespace) -> int:
 
 
 def _writer_without_encoder(path: Path) -> IndexWriter:
-    """Deleting and compacting encode nothing: the backbone loads on the CPU."""
+    """Deleting and compacting encode nothing: the writer's encoder is never loaded (IndexWriter.open defers it)."""
     return IndexWriter.open(path, device="cpu")
 
 
