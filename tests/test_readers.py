@@ -663,6 +663,7 @@ def test_a_resumed_build_reads_on_where_it_stopped(tmp_path: Path, dump_records:
     stream left unread refuses it."""
     from propdex.encoders import load_encoder
     from propdex.indexer.build import IndexWriter
+    from propdex.indexer.readers import mediawiki
     from propdex.indexer.readers.base import COMMITTED, OTHER_PART
 
     notes = _five_notes(tmp_path)
@@ -675,6 +676,12 @@ def test_a_resumed_build_reads_on_where_it_stopped(tmp_path: Path, dump_records:
         assert records[start:] == whole[start:] and len(records) == len(whole)
         assert all(isinstance(r, Skip) and r.reason == COMMITTED for r in records[:start])
         assert len(rendered) == articles_from(start)
+    monkeypatch.setattr(mediawiki, "POOL_BYTES", 0)  # rendered by worker processes, the committed pages answered here
+    for start in (7, len(dump_records)):
+        records = list(read_corpus([DUMP_DIR], start=start))
+        assert records[start:] == dump_records[start:] and [r.reason for r in records[:start]] == [COMMITTED] * start
+    monkeypatch.undo()
+    rendered = _count_renders(monkeypatch)
     records = list(read_corpus([DUMP_DIR, notes], part=(1, 3), start=6))  # a part resumed: its own records from 6 on
     assert [r for j, r in enumerate(records) if j % 3 == 1 and j >= 6] == [r for j, r in enumerate(whole) if j % 3 == 1 and j >= 6]
     assert all(r.reason == (COMMITTED if j < 6 else OTHER_PART) for j, r in enumerate(records) if j < 6 or j % 3 != 1)

@@ -15,6 +15,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from functools import partial
+from itertools import chain
 from pathlib import Path
 
 from . import parallel
@@ -46,6 +47,13 @@ def read(path: Path, max_chars: int, unread: Callable[[int], str | None] | None 
     if unread is not None:
         pages = ((number, unread(k) or page) for k, (number, page) in enumerate(pages))
     step = partial(_numbered_page, path=path, max_chars=max_chars)
+    if n_workers > 1:  # a resumed build's committed pages are answered here: no worker has anything to do for them
+        for numbered in pages:
+            if not isinstance(numbered[1], str):
+                pages = chain([numbered], pages)
+                break
+            count += 1
+            yield step(numbered)
     for record in parallel.ordered(step, pages, n_workers) if n_workers > 1 else map(step, pages):
         count += 1
         yield record
