@@ -540,6 +540,52 @@ def test_a_damaged_member_of_a_multistream_dump_loses_only_its_pages(tmp_path: P
     assert set(got) <= set(whole) and len(got) < len(whole)
 
 
+def test_a_large_bz2_file_is_decompressed_by_threads_into_the_same_bytes_and_damage(tmp_path: Path, monkeypatch) -> None:
+    """Past PARALLEL_BYTES a bz2 file's members are decompressed by several
+    threads, a range of whole members each: the bytes, and the damaged
+    members closing the file reports, are those one thread gives, for a
+    damaged member, a member cut short at the end and garbage between
+    members, whatever the ranges' length."""
+    from propdex.indexer.readers import streams
+
+    (dump_file,) = DUMP_DIR.iterdir()
+    xml = bz2.decompress(dump_file.read_bytes())
+    members = [bz2.compress(xml[i * len(xml) // 9 : (i + 1) * len(xml) // 9]) for i in range(9)]
+    damaged = bytearray(members[3])
+    damaged[len(damaged) // 2 : len(damaged) // 2 + 64] = b"\x00" * 64
+    files = {
+        "damaged": members[:3] + [bytes(damaged)] + members[4:],
+        "cut short": members[:8] + [members[8][: len(members[8]) // 2]],
+        "garbage between": members[:5] + [b"not a bz2 stream at all"] + members[5:],
+    }
+
+    def read(path: Path) -> tuple[bytes, list]:
+        f = streams.open_binary(path)
+        data = f.read()
+        try:
+            f.close()
+        except streams.DamagedMembers as e:
+            return data, e.members
+        return data, []
+
+    for name, parts in files.items():
+        path = write_bytes(tmp_path / f"{name}.xml.bz2", b"".join(parts))
+        alone = read(path)
+        assert alone[1], name  # each file has damage to report
+        monkeypatch.setattr(streams, "PARALLEL_BYTES", 0)
+        monkeypatch.setattr(streams, "workers", lambda: 3)
+        for range_bytes in (1, len(members[0]) * 2, 1 << 30):
+            monkeypatch.setattr(streams, "RANGE_BYTES", range_bytes)
+            assert read(path) == alone, (name, range_bytes)
+        monkeypatch.undo()
+    monkeypatch.setattr(streams, "PARALLEL_BYTES", 0)
+    path = write_bytes(tmp_path / "whole.xml.bz2", b"".join(members))
+    assert read(path) == (xml, [])
+    monkeypatch.setattr(streams, "RANGE_BYTES", 1)
+    with streams.open_binary(path) as f:  # a read stopped early closes without waiting for the rest
+        assert f.read(1000) == xml[:1000]
+
+
 def test_a_large_dump_is_rendered_by_worker_processes_into_the_same_records(tmp_path: Path, dump_records: list[Record],
                                                                              monkeypatch) -> None:
     """Past POOL_BYTES a dump's pages are rendered in worker processes: the
