@@ -482,6 +482,29 @@ def test_one_malformed_page_in_a_real_dump_costs_that_page_only(tmp_path: Path, 
     assert kept(records) == kept(dump_records) and sum(isinstance(r, Document) for r in records) >= 100
 
 
+def test_pages_are_cut_the_same_whatever_blocks_the_bytes_come_in() -> None:
+    """The page cutter gives the same pages, and the same broken-off page,
+    for the dump fed whole and fed in blocks of any size (a tag split
+    between two blocks included)."""
+    import random
+
+    from propdex.indexer.readers.mediawiki import _PageCutter
+
+    xml = bz2.decompress(next(DUMP_DIR.iterdir()).read_bytes())
+    end = xml.index(b"</page>", len(xml) // 2)
+    for data in (xml, xml[:end] + xml[end + len(b"</page>") :]):  # the second: one page breaks off into the next
+        whole = list(_PageCutter().feed(data))
+        rng = random.Random(len(data))
+        for _ in range(10):
+            cutter, pages, at = _PageCutter(), [], 0
+            while at < len(data):
+                n = rng.choice([1, 3, 6, 7, 100, 4096, 1 << 20])
+                pages += cutter.feed(data[at : at + n])
+                at += n
+            assert pages == whole and not cutter.inside
+        assert len(whole) >= 200 and sum(page is None for _, page in whole) == (data is not xml)
+
+
 def test_a_damaged_member_of_a_multistream_bz2_costs_only_its_own_records(tmp_path: Path) -> None:
     """Wikipedia's multistream dumps are many bz2 streams end to end: a
     damaged one is one skip naming its byte offset, and the members after it

@@ -78,28 +78,34 @@ class _PageCutter:
 
     def feed(self, block: bytes) -> Iterator[tuple[int, bytes | None]]:
         """(page number, the page's bytes) of every page the block completes;
-        None for a page broken off where another begins."""
-        self.buffer += block
-        while True:
-            if not self.inside:
-                start = self.buffer.find(_PAGE)
-                if start < 0:
-                    self.buffer = self.buffer[-len(_PAGE):]  # a tag may straddle two blocks
+        None for a page broken off where another begins. The buffer is read
+        from an offset and cut once a block, not once a page: a block holds
+        dozens of pages, and copying what follows each would be most of the
+        work."""
+        buffer, at = self.buffer + block, 0
+        try:
+            while True:
+                if not self.inside:
+                    start = buffer.find(_PAGE, at)
+                    if start < 0:
+                        at = max(at, len(buffer) - len(_PAGE))  # a tag may straddle two blocks
+                        return
+                    at, self.inside, self.number = start, True, self.number + 1
+                end = buffer.find(_END, at)
+                if end < 0:
                     return
-                self.buffer, self.inside, self.number = self.buffer[start:], True, self.number + 1
-            end = self.buffer.find(_END)
-            if end < 0:
-                return
-            restart = self.buffer.rfind(_PAGE, 1, end)
-            if restart > 0:
-                # A page broken off (a lost bz2 member) runs into the next: the
-                # broken one is the skip, the next is read.
-                yield self.number, None
-                self.buffer, self.number = self.buffer[restart:], self.number + 1
-                continue
-            end += len(_END)
-            page, self.buffer, self.inside = self.buffer[:end], self.buffer[end:], False
-            yield self.number, page
+                restart = buffer.rfind(_PAGE, at + 1, end)
+                if restart > 0:
+                    # A page broken off (a lost bz2 member) runs into the next: the
+                    # broken one is the skip, the next is read.
+                    yield self.number, None
+                    at, self.number = restart, self.number + 1
+                    continue
+                end += len(_END)
+                page, at, self.inside = buffer[at:end], end, False
+                yield self.number, page
+        finally:
+            self.buffer = buffer[at:]
 
 
 def _numbered_page(numbered: tuple[int, bytes | str | None], path: Path, max_chars: int) -> Record:
