@@ -597,14 +597,28 @@ def test_a_large_bz2_file_is_decompressed_by_threads_into_the_same_bytes_and_dam
         assert alone[1], name  # each file has damage to report
         monkeypatch.setattr(streams, "PARALLEL_BYTES", 0)
         monkeypatch.setattr(streams, "workers", lambda: 3)
-        for range_bytes in (1, len(members[0]) * 2, 1 << 30):
+        for range_bytes in (1, len(members[0]) * 6 // 10, len(members[0]) * 3 // 2, 1 << 30):
             monkeypatch.setattr(streams, "RANGE_BYTES", range_bytes)
             assert read(path) == alone, (name, range_bytes)
         monkeypatch.undo()
+    # Each thread holds a bounded range: members too long to share out (one stream) are read as they stream.
+    ranges: list[tuple[int, int]] = []
+    real_range = streams._decompress_range
+
+    def decompress_range(path, start, stop):
+        ranges.append((start, stop))
+        return real_range(path, start, stop)
+
+    monkeypatch.setattr(streams, "_decompress_range", decompress_range)
     monkeypatch.setattr(streams, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(streams, "workers", lambda: 3)
+    monkeypatch.setattr(streams, "RANGE_BYTES", len(members[0]) * 6 // 10)
     path = write_bytes(tmp_path / "whole.xml.bz2", b"".join(members))
-    assert read(path) == (xml, [])
-    monkeypatch.setattr(streams, "RANGE_BYTES", 1)
+    assert read(path) == (xml, []) and len(ranges) >= 4
+    assert all(stop - start <= 2 * streams.RANGE_BYTES for start, stop in ranges)
+    ranges.clear()
+    one_stream = write_bytes(tmp_path / "one.xml.bz2", bz2.compress(xml))
+    assert read(one_stream) == (xml, []) and ranges == []
     with streams.open_binary(path) as f:  # a read stopped early closes without waiting for the rest
         assert f.read(1000) == xml[:1000]
 

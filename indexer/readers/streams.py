@@ -26,9 +26,11 @@ from .parallel import workers
 _BZ2_MAGIC = re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)")
 _HEADER = re.compile(rb"BZh[1-9]1AY&SY")  # a stream that holds data begins so
 _SCAN = 1 << 20  # bytes read at a time while looking for a stream header
-# A bz2 file this large is decompressed by several threads (`_Bz2Members`), a range of about RANGE_BYTES of it each.
+# A bz2 file this large is decompressed by several threads (`_Bz2Members`), a range of RANGE_BYTES to twice
+# that of it each (a Wikipedia multistream member is a few hundred kB); where no member begins in the second
+# RANGE_BYTES of a range, the rest of the file is decompressed as it streams, so a range's bytes stay bounded.
 PARALLEL_BYTES = 64 << 20
-RANGE_BYTES = 4 << 20
+RANGE_BYTES = 1 << 20
 # Errors a damaged bz2/gzip stream raises while being read.
 STREAM_ERRORS = (EOFError, OSError, zlib.error)
 
@@ -52,20 +54,22 @@ class _Bz2Members(io.RawIOBase):
     reader has then yielded every record it could). A single-stream file
     cut short is one damaged member, as before.
 
-    A file of PARALLEL_BYTES or more is decompressed by `workers` threads
+    A file of PARALLEL_BYTES or more is decompressed by `threads` threads
     (bz2 lets go of the GIL), a range of whole members each (`_ranges`: cut
     at stream headers), answered in order: the same bytes and the same
-    damage as one thread, at the cores' speed. One thread decompresses a
+    damage as one thread, at the cores' speed. Members too long to share
+    out (a single-stream file) are decompressed as they stream, as by one
+    thread. One thread decompresses a
     dump's XML at about 20 MB a second, which would otherwise bound the read
     of a machine whose cores render the pages."""
 
     _CHUNK = 1 << 16
 
-    def __init__(self, path: Path, workers: int = 1) -> None:
+    def __init__(self, path: Path, threads: int = 1) -> None:
         self._path = path
         self._file = open(path, "rb")
         self.damaged: list[tuple[int, str]] = []
-        threads = workers if workers > 1 and path.stat().st_size >= PARALLEL_BYTES else 1
+        threads = threads if path.stat().st_size >= PARALLEL_BYTES else 1
         self._chunks = self._parallel(threads) if threads > 1 else _members(self._file, 0, None, self.damaged)
         self._pending, self._at = memoryview(b""), 0
 
@@ -98,6 +102,11 @@ class _Bz2Members(io.RawIOBase):
         with ThreadPoolExecutor(threads, thread_name_prefix="propdex-bz2") as pool:
             try:
                 for start, stop in _ranges(self._file):
+                    if stop is None:  # no member begins near: the rest streams, as one thread reads it
+                        while pending:
+                            yield self._answer(pending.popleft())
+                        yield from _members(self._file, start, None, self.damaged)
+                        return
                     pending.append(pool.submit(_decompress_range, self._path, start, stop))
                     if len(pending) >= 2 * threads:
                         yield self._answer(pending.popleft())
@@ -155,33 +164,40 @@ def _decompress_range(path: Path, start: int, stop: int) -> tuple[bytes, list[tu
         return b"".join(_members(f, start, stop, damaged)), damaged
 
 
-def _ranges(f: BinaryIO) -> Iterator[tuple[int, int]]:
-    """[start, stop) byte ranges of a bz2 file, each RANGE_BYTES long or a
-    little more (the last: what is left), cut at stream headers, so that
-    each begins a member. (Ten bytes of compressed data could look like a
-    header, about one chance in 2^80 a byte; the recovery from a damaged
-    member trusts headers the same way.)"""
+def _ranges(f: BinaryIO) -> Iterator[tuple[int, int | None]]:
+    """[start, stop) byte ranges of a bz2 file, from RANGE_BYTES to twice
+    that long, cut at stream headers, so that each begins a member; the
+    last is what is left, and its stop None where that is longer (no header
+    to cut at: one long member). (Ten bytes of compressed data could look
+    like a header, about one chance in 2^80 a byte; the recovery from a
+    damaged member trusts headers the same way.)"""
     total = os.fstat(f.fileno()).st_size
     start = 0
     while start < total:
-        stop = _next_header(f, start + RANGE_BYTES)
-        stop = total if stop < 0 else stop
-        yield start, stop
+        if total - start <= 2 * RANGE_BYTES:
+            yield start, total
+            return
+        stop = _next_header(f, start + RANGE_BYTES, start + 2 * RANGE_BYTES)
+        yield start, (None if stop < 0 else stop)
+        if stop < 0:
+            return
         start = stop
 
 
-def _next_header(f: BinaryIO, start: int) -> int:
-    """Offset of the first stream header at or after `start`; -1 if none."""
+def _next_header(f: BinaryIO, start: int, before: int | None = None) -> int:
+    """Offset of the first stream header at or after `start` (and before
+    `before`, where given); -1 if none."""
     overlap = 9  # a header may straddle two blocks
-    while True:
+    while before is None or start < before:
         f.seek(start)
-        block = f.read(_SCAN)
+        block = f.read(_SCAN if before is None else min(_SCAN, before - start + overlap))
         if len(block) < 10:
             return -1
         found = _HEADER.search(block)
-        if found:
+        if found and (before is None or start + found.start() < before):
             return start + found.start()
         start += len(block) - overlap
+    return -1
 
 
 def compression(path: Path) -> str | None:
