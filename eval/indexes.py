@@ -82,7 +82,7 @@ def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: st
     """Where eval keeps a system's index over one corpus: named for the
     system's spec, or, when the index there was built by what the spec meant
     before (new weights under a name, a default factory, store or hashing map that has moved on,
-    codes from before standalone codes and their scaling), for the spec and what it means now,
+    codes from before standalone codes, their scaling and their stored scales), for the spec and what it means now,
     so the old index is neither reused nor in the way."""
     out = corpus_dir / label
     if not (out / "manifest.json").is_file():
@@ -97,7 +97,8 @@ def cached_index_dir(corpus_dir: Path, label: str, encoder: "Encoder", store: st
             now["factory"] = chosen
     if store == "codes" and "IVF" in (built or "") and (
             any(s["index"] and not ann.holds_codes(s["index"]) for s in manifest["shards"])
-            or "vector_norm" not in manifest["index"]):  # codes decoded unscaled
+            or "vector_norm" not in manifest["index"]  # codes decoded unscaled
+            or (manifest["index"]["vector_norm"] is not None and not manifest["index"].get("scaled_codes"))):  # scales not stored
         now["codes"] = ann.CODES_FILE
     if built and "IVF" in built and manifest["index"]["backend"] == "faiss" and store != "binary":
         effort = ann.training(training, manifest["counts"]["vectors"])

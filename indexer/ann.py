@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .binary import BinaryIndex
-from .codes import CODES_FILE, _fill, _four_bit, _on_quantizer_of, encode, fast_scan, holds_codes, index_from_codes, read_codes
+from .codes import CODES_FILE, _fill, _four_bit, _on_quantizer_of, encode, fast_scan, holds_codes, index_from_codes, read_codes, row_bytes, scaled
 from .decoding import _byte_codec, _decoder, common_norm, decoder, decoding_codec, scoring_decoder
 from .factory import (BACKENDS, CODE_BYTES, FLAT_BELOW, MIN_CODE_BYTES, OPQ_ITERATIONS, QUICK_BELOW, TRAININGS, _lists, codes_factory,
                       default_factory, list_bytes, training, training_size)
@@ -30,8 +30,8 @@ __all__ = [
     "Assignment", "BACKENDS", "CODES_FILE", "CODE_BYTES", "FLAT_BELOW", "HnswIndex", "MIN_CODE_BYTES", "OPQ_ITERATIONS", "QUICK_BELOW", "TRAININGS", "_NO_FAISS", "_NoFaiss", "_byte_codec",
     "_decoder", "_fill", "_four_bit", "_lists", "_on_quantizer_of", "_rotate_for_the_codes", "apply_threads", "assign", "build_hnsw",
     "codes_factory", "common_norm", "decoder", "decoding_codec", "default_factory", "encode", "faiss", "fast_scan", "fill",
-    "holds_codes", "index_from_codes", "lists", "list_bytes", "log", "make_index", "quantizer_params", "read_codes", "read_faiss", "read_shard_index",
-    "require_faiss", "scoring_decoder", "search", "search_assigned", "search_params", "set_threads", "standalone", "train", "training", "training_size",
+    "holds_codes", "index_from_codes", "lists", "list_bytes", "log", "make_index", "quantizer_params", "read_codes", "read_faiss", "read_shard_index", "row_bytes",
+    "require_faiss", "scaled", "scoring_decoder", "search", "search_assigned", "search_params", "set_threads", "standalone", "train", "training", "training_size",
     "write_faiss",
 ]
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from .faiss_setup import faiss
 
-CODES_FILE = "index.codes"  # a shard's standalone codes (store="codes" over IVF): uint8 .npy (V, sa_code_size)
+CODES_FILE = "index.codes"  # a shard's standalone codes (store="codes" over IVF): uint8 .npy (V, row_bytes)
+SCALE_BYTES = 4  # a scaled code's last bytes: its scale, little-endian float32 (`scaled`)
 
 
 def holds_codes(path: str | Path) -> bool:
@@ -37,12 +38,33 @@ def encode(codec: faiss.Index, vectors: np.ndarray) -> np.ndarray:
     return codec.sa_encode(np.ascontiguousarray(vectors, dtype=np.float32))
 
 
-def read_codes(path: Path) -> np.ndarray:
-    """A shard's standalone codes, memory-mapped: stage 2 gathers rows from it."""
-    codes = np.load(path, mmap_mode="r", allow_pickle=False)
-    if codes.dtype != np.uint8 or codes.ndim != 2:
-        raise ValueError(f"{path} is not an array of standalone codes ({codes.dtype}, {codes.shape}): the index is damaged")
-    return codes
+def row_bytes(codec: faiss.Index, scaled: bool) -> int:
+    """Bytes a row of a shard's codes file takes: the codec's code, and its scale where the codes are `scaled`."""
+    return codec.sa_code_size() + (SCALE_BYTES if scaled else 0)
+
+
+def scaled(codes: np.ndarray, decoded: np.ndarray, norm: float) -> np.ndarray:
+    """`codes` with each row's scale after it: `norm` / |the vector the row
+    decodes to| (`decoded`), the factor that takes its reconstruction back
+    to the length every indexed vector had. Stage 2 multiplies a row's
+    products by it instead of measuring the decoded vector's length at
+    every query, and so never needs the decoded vector whole: the residual's
+    product plus its list centroid's (`decoding.CodesDecoder`)."""
+    lengths = np.linalg.norm(np.asarray(decoded, dtype=np.float32), axis=1)
+    scales = (np.float32(norm) / np.maximum(lengths, np.float32(1e-12))).astype("<f4")
+    return np.concatenate([codes, scales.view(np.uint8).reshape(len(codes), SCALE_BYTES)], axis=1)
+
+
+def read_codes(path: Path, codec: faiss.Index, scaled: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """A shard's standalone codes, memory-mapped, as (codes (V, code size),
+    scales (V,) float32 or None), both views of the one file's rows: stage
+    2 gathers a row's code and its scale together."""
+    rows = np.load(path, mmap_mode="r", allow_pickle=False)
+    width = row_bytes(codec, scaled)
+    if rows.dtype != np.uint8 or rows.ndim != 2 or rows.shape[1] != width:
+        raise ValueError(f"{path} is not an array of standalone codes of {width} bytes ({rows.dtype}, {rows.shape}): the index is damaged")
+    size = codec.sa_code_size()
+    return rows[:, :size], (rows[:, size:].view("<f4")[:, 0] if scaled else None)
 
 
 def index_from_codes(codec: faiss.Index, codes: np.ndarray, rows: int = 1 << 16) -> faiss.Index:

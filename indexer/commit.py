@@ -111,7 +111,7 @@ class Transaction:
         m.repaired = dict(sorted(repaired.items()))
         m.timings = self._timings()
         if any(s.index and ann.holds_codes(s.index) for s in m.shards):
-            m.version = FORMAT_VERSION
+            m.version = max(m.version, FORMAT_VERSION if m.index.scaled_codes else 2)
         m.versions = library_versions()
         m.updated = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         m.write(self.out)

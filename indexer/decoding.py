@@ -7,10 +7,12 @@ pair codebook a searcher shares across shards (`CodesDecoder`: one gather
 a byte), and a rotation in front of the codes is applied
 to the few query vectors instead of being undone on every candidate.
 Stage 2 decodes a block of rows at a time and multiplies it while it is
-in cache (`retriever.scoring.decoded_similarities`).
+in cache (`retriever.scoring.decoded_similarities`); where each code's
+scale is stored, only its residual is decoded (`CodesDecoder.products`).
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +26,8 @@ if TYPE_CHECKING:  # torch is imported where stage 2 decodes: reading an index's
     import torch
 
 
-def decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = None) -> Callable[[np.ndarray], np.ndarray]:
+def decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = None,
+            scales: np.ndarray | None = None) -> Callable[[np.ndarray], np.ndarray]:
     """Vector ids -> the index's float32 reconstructions of those vectors:
     what stage 2 re-scores when the shard keeps no float16 copy. With a
     shard's standalone `codes`, `index` is their codec and the rows of the
@@ -37,7 +40,8 @@ def decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = No
     training sample), so reconstructions are scaled back to it. Quantisation
     shortens a vector by an amount that varies from vector to vector, and
     MaxSim would then rank documents partly by that error rather than by
-    their direction alone.
+    their direction alone. Codes stored with their `scales` (`codes.scaled`)
+    are multiplied by them, which is the same rescaling measured once.
 
     FAISS decodes with OpenMP in the caller's thread: `set_threads`' value
     is applied there first, as `search` does."""
@@ -49,6 +53,8 @@ def decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = No
 
     if norm is None:
         return decode
+    if scales is not None:
+        return lambda ids: np.multiply(decode(ids), scales[ids][:, None], dtype=np.float32)
 
     def rescaled(ids: np.ndarray) -> np.ndarray:
         import torch
@@ -149,7 +155,7 @@ class CodesDecoder:
     from the memory-mapped codes on the CPU (a code is about 100 bytes,
     its decoded vector 1.5 kB), so only codes cross to it, and the vectors
     never come back: stage 2 multiplies them there
-    (`retriever.scoring.decoded_similarities`). Built once per codec and
+    (`retriever.scoring.decoded_similarities`, through `products`). Built once per codec and
     shared by the shards whose codes it reads; ValueError for a codec it
     does not decode (FAISS's decoder does)."""
 
@@ -169,6 +175,7 @@ class CodesDecoder:
         centroids = inner.quantizer.reconstruct_n(0, inner.nlist) if inner.by_residual else np.zeros((inner.nlist, inner.d), np.float32)
         centroids = np.ascontiguousarray(centroids, dtype=np.float32)
         self.norm = norm
+        self._seen = threading.local()  # the thread's last query and its centroid products (`_centroid_products`)
         if self.device is None:
             self.table = book.reshape(-1).view(np.dtype((np.void, 4 * book.shape[2])))  # a sub-vector is one element
             self.offsets = np.arange(self.code_bytes, dtype=np.intp) * 256
@@ -178,27 +185,117 @@ class CodesDecoder:
             self.offsets = (torch.arange(self.code_bytes, dtype=torch.int64) * 256).to(self.device)
             self.centroids = torch.from_numpy(centroids).to(self.device)
 
-    def __call__(self, rows: np.ndarray) -> "np.ndarray | torch.Tensor":
+    def __call__(self, rows: np.ndarray, scales: np.ndarray | None = None) -> "np.ndarray | torch.Tensor":
         """(n, list bytes + code bytes) uint8 standalone codes -> (n, d)
-        float32: a numpy array, or a tensor on the device."""
+        float32: a numpy array, or a tensor on the device; multiplied by
+        their stored `scales` where given, else scaled to `norm`."""
         import torch
 
         if self.device is None:
             rows = np.ascontiguousarray(rows)
-            x = self.table.take(rows[:, self.list_bytes :] + self.offsets).view(np.float32).reshape(len(rows), self.width)
-            x += self.centroids.take(sum(rows[:, i].astype(np.intp) << (8 * i) for i in range(self.list_bytes)), axis=0)
-            if self.norm is not None:
+            x = self._residuals(rows)
+            x += self.centroids.take(self._lists(rows), axis=0)
+            if scales is not None:
+                x *= scales[:, None]
+            elif self.norm is not None:
                 to_length(torch.from_numpy(x), self.norm)
             return x
         raw = torch.from_numpy(np.ascontiguousarray(rows)).to(self.device, non_blocking=True).long()
-        lists = sum(raw[:, i] << (8 * i) for i in range(self.list_bytes))
-        x = torch.nn.functional.embedding(raw[:, self.list_bytes :] + self.offsets, self.table).reshape(len(raw), self.width)
-        x += self.centroids[lists]
+        x = self._residuals_on_device(raw)
+        x += self.centroids[sum(raw[:, i] << (8 * i) for i in range(self.list_bytes))]
+        if scales is not None:
+            return x.mul_(torch.from_numpy(np.ascontiguousarray(scales)).to(self.device)[:, None])
         return x if self.norm is None else to_length(x, self.norm)
 
-    def reader(self, codes: np.ndarray) -> "Callable[[np.ndarray], np.ndarray | torch.Tensor]":
-        """Vector ids of one shard -> their decoded rows."""
-        return lambda ids: self(codes[ids])
+    def products(self, queries: "torch.Tensor", rows: np.ndarray, scales: np.ndarray | None, out: "torch.Tensor") -> None:
+        """`out` (m, n), on the CPU, := the inner products of `queries` (m, d)
+        with the vectors `rows` decode to, without decoding them whole: a
+        row is its list's centroid plus its residual, so a product is the
+        residual's (the one gather a byte) plus the centroid's, looked up
+        from this query's products with the lists' centroids (`_centroid_products`,
+        each list's made once a query, whichever shard asks), times the
+        row's stored scale. Rows of vectors that had a common norm but no
+        stored scale (codes written before scales were) are decoded whole
+        and scaled to it, as `__call__` does."""
+        import torch
+
+        if self.norm is not None and scales is None:
+            x = self(rows)
+            if self.device is None:
+                torch.mm(queries, torch.from_numpy(x).T, out=out)
+            else:
+                out.copy_(self._on_device(queries) @ x.T)
+            return
+        rows = np.ascontiguousarray(rows)
+        lists = self._lists(rows)
+        table, q = self._centroid_products(queries, lists)
+        if self.device is None:
+            torch.mm(q, torch.from_numpy(self._residuals(rows)).T, out=out)
+            out += table[:, torch.from_numpy(lists)]
+            if scales is not None:
+                out *= torch.from_numpy(np.ascontiguousarray(scales))
+            return
+        raw = torch.from_numpy(rows).to(self.device, non_blocking=True).long()
+        p = q @ self._residuals_on_device(raw).T
+        p += table[:, torch.from_numpy(lists).to(self.device)]
+        if scales is not None:
+            p *= torch.from_numpy(np.ascontiguousarray(scales)).to(self.device)
+        out.copy_(p)
+
+    def _centroid_products(self, queries: "torch.Tensor", lists: np.ndarray) -> "tuple[torch.Tensor, torch.Tensor]":
+        """(this query's (m, nlist) products with the list centroids, at least
+        those of `lists` filled; the queries on the device). Kept for the
+        thread's last query: the shards of a search share one codec and one
+        (rotated) query, and a row's centroid is one of few lists."""
+        import torch
+
+        seen = self._seen
+        if getattr(seen, "queries", None) is None or seen.queries.shape != queries.shape or not torch.equal(seen.queries, queries):
+            seen.queries, seen.on_device = queries.clone(), self._on_device(queries)
+            seen.table = torch.empty((len(queries), len(self.centroids)), dtype=torch.float32, device=self.device)
+            seen.known = np.zeros(len(self.centroids), dtype=bool)
+        missing = np.unique(lists[~seen.known[lists]])
+        if len(missing):
+            if self.device is None:
+                centroids = torch.from_numpy(self.centroids.take(missing, axis=0))
+                seen.table[:, torch.from_numpy(missing)] = seen.on_device @ centroids.T
+            else:
+                at = torch.from_numpy(missing).to(self.device)
+                seen.table[:, at] = seen.on_device @ self.centroids[at].T
+            seen.known[missing] = True
+        return seen.table, seen.on_device
+
+    def _on_device(self, queries: "torch.Tensor") -> "torch.Tensor":
+        return queries if self.device is None else queries.to(self.device)
+
+    def _lists(self, rows: np.ndarray) -> np.ndarray:
+        return sum(rows[:, i].astype(np.intp) << (8 * i) for i in range(self.list_bytes))
+
+    def _residuals(self, rows: np.ndarray) -> np.ndarray:
+        return self.table.take(rows[:, self.list_bytes :] + self.offsets).view(np.float32).reshape(len(rows), self.width)
+
+    def _residuals_on_device(self, raw: "torch.Tensor") -> "torch.Tensor":
+        import torch
+
+        return torch.nn.functional.embedding(raw[:, self.list_bytes :] + self.offsets, self.table).reshape(len(raw), self.width)
+
+    def reader(self, codes: np.ndarray, scales: np.ndarray | None = None) -> "CodesReader":
+        """One shard's codes (and their stored scales) read through these tables."""
+        return CodesReader(self, codes, scales)
+
+
+class CodesReader:
+    """Vector ids of one shard -> their decoded rows (`__call__`), or their
+    inner products with a query's vectors (`products`, what stage 2 asks)."""
+
+    def __init__(self, tables: CodesDecoder, codes: np.ndarray, scales: np.ndarray | None) -> None:
+        self.tables, self.codes, self.scales = tables, codes, scales
+
+    def __call__(self, ids: np.ndarray) -> "np.ndarray | torch.Tensor":
+        return self.tables(self.codes[ids], None if self.scales is None else self.scales[ids])
+
+    def products(self, queries: "torch.Tensor", ids: np.ndarray, out: "torch.Tensor") -> None:
+        self.tables.products(queries, self.codes[ids], None if self.scales is None else self.scales[ids], out)
 
 
 def decoding_codec(codec: Any) -> Any:
@@ -225,10 +322,10 @@ def decoding_codec(codec: Any) -> Any:
     return swapped
 
 
-def scoring_decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = None
+def scoring_decoder(index: Any, codes: np.ndarray | None = None, norm: float | None = None, scales: np.ndarray | None = None
                     ) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray] | None]:
     """(decode, rotate) for stage 2: inner products of `rotate(queries)` with
-    `decode(ids)` equal those of the queries with `decoder(index, codes, norm)(ids)`.
+    `decode(ids)` equal those of the queries with `decoder(index, codes, norm, scales)(ids)`.
     Behind an orthonormal map without bias (OPQ's rotation, or its
     projection to fewer dimensions: `OPQ80_320`), the codes are decoded in
     the mapped space and the query's few vectors are mapped instead of
@@ -242,13 +339,13 @@ def scoring_decoder(index: Any, codes: np.ndarray | None = None, norm: float | N
     if a is not None:
         # A standalone code past the transform is the inner index's; A has
         # orthonormal rows, so A'c is as long as c: lengths hold on both sides.
-        inner = decoder(typed.index, codes, norm)
+        inner = decoder(typed.index, codes, norm, scales)
 
         def decode(ids: np.ndarray, owner: Any = index) -> np.ndarray:  # `owner` keeps the C++ index alive
             return inner(ids)
 
         return decode, lambda q: np.ascontiguousarray(q, dtype=np.float32) @ a.T
-    return decoder(index, codes, norm), None
+    return decoder(index, codes, norm, scales), None
 
 
 def _rotation(typed: Any) -> np.ndarray | None:

@@ -332,7 +332,8 @@ def _decoding_store(tx: Transaction, shard: Shard, codec: Callable[[], Any]) -> 
             return store
         norm = tx.manifest.index.vector_norm
         if ann.holds_codes(path):
-            store.decoder = ann.decoder(codec(), ann.read_codes(path), norm)
+            codes, scales = ann.read_codes(path, codec(), bool(tx.manifest.index.scaled_codes))
+            store.decoder = ann.decoder(codec(), codes, norm, scales)
         else:
             store.decoder = ann.decoder(ann.read_shard_index(path, store.dim, shard.vectors), norm=norm)
     return store

@@ -34,10 +34,12 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "AnnIndex", "Backbone", "Coun
 
 MANIFEST = "manifest.json"
 FORMAT = "propdex-index"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # Version 2 adds shards of standalone codes (`ann.CODES_FILE`), which a
-# reader of version 1 would take for FAISS files: a manifest says 2 only once
-# it lists such a shard, so every other index stays readable by version 1.
+# reader of version 1 would take for FAISS files; version 3, codes rows that
+# end in their scale (`AnnIndex.scaled_codes`), which a reader of version 2
+# would take for damaged codes. A manifest says 2 or 3 only once it lists
+# such a shard, so every other index stays readable by the versions before.
 
 
 class Status(StrEnum):
@@ -224,6 +226,7 @@ class AnnIndex(Record):
     metric: str | None = None
     trained: str | None = None  # file name (None: HNSW trains nothing)
     vector_norm: float | None = later()
+    scaled_codes: bool | None = later()  # standalone codes rows end in their scale (codes.scaled): set where vector_norm is
     trained_sha256: str | None = later()
     trained_bytes: int | None = later()
     trained_on: int | None = later()
@@ -325,7 +328,7 @@ class Lexical(Record):
 @dataclass(eq=False)
 class Manifest(Record):
     format: str = FORMAT
-    version: int = 1  # raised to FORMAT_VERSION by the commit that lists the first standalone codes
+    version: int = 1  # raised by the commit that lists the first standalone codes (2), or scaled ones (3)
     status: Status = field(default=Status.ENCODING, metadata={"enum": Status})
     encoder: dict[str, Any] = field(default_factory=dict)  # the encoder's own config
     backbone: Backbone | None = nested(Backbone)

@@ -140,6 +140,7 @@ def train(tx: Transaction, shards: list[Shard] | None = None, name: str = TRAINE
             trained = ann.train(factory, sample, ann.OPQ_ITERATIONS[effort])
             m.index.training = effort
             m.index.vector_norm = ann.common_norm(sample)  # stage 2 scales decoded codes back to it (ann.decoder)
+            m.index.scaled_codes = m.index.vector_norm is not None  # each code's scale to it, stored (codes.scaled)
         else:
             trained = ann.make_index(factory, dim)
         ann.write_faiss(trained, tx.out / (name + ".tmp"))
@@ -230,9 +231,13 @@ def _fill_shard(tx: Transaction, s: Shard, trained: object | None) -> None:
         rows.finish()
     elif trained is not None and tx.manifest.settings.store == "codes" and ann.standalone(trained):
         file = ann.CODES_FILE  # streamed: a shard's codes are never all in memory
-        rows = RowWriter(folder / (file + ".tmp"), trained.sa_code_size(), "|u1")
+        index = tx.manifest.index
+        norm = index.vector_norm if index.scaled_codes else None
+        rows = RowWriter(folder / (file + ".tmp"), ann.row_bytes(trained, norm is not None), "|u1")
+        decoding = ann.decoding_codec(trained) if norm is not None else None
         for chunk in store.iter_vectors():
-            rows.append(ann.encode(trained, chunk))
+            codes = ann.encode(trained, chunk)
+            rows.append(codes if decoding is None else ann.scaled(codes, decoding.sa_decode(codes), norm))
         rows.finish()
     elif trained is not None:
         file = "index.faiss"

@@ -189,13 +189,15 @@ def _open_shard(path: Path, manifest: dict[str, Any], entry: dict[str, Any], mma
     shard = Shard(entry["name"], store, None)
     try:
         file = path / entry["name"] / entry["index"]
-        codes = ann.read_codes(file) if ann.holds_codes(file) else None
+        codes = scales = None
+        if ann.holds_codes(file):
+            codecs.read()
+            codes, scales = ann.read_codes(file, codecs.codec, bool(manifest["index"].get("scaled_codes")))
         if binary.holds_bits(file):
             index = binary.BinaryIndex(codecs.binary(), binary.read_rows(file, codecs.binary()))
             store.decoder, shard.rotate = index.decoder, index.codec.hashing.query
             store.decoded_dim = index.bits
         elif codes is not None:
-            codecs.read()
             index = ann.index_from_codes(codecs.codec, codes)
             shard.codec = codecs.codec
         else:
@@ -208,11 +210,11 @@ def _open_shard(path: Path, manifest: dict[str, Any], entry: dict[str, Any], mma
         if not store.has_vectors and not binary.holds_bits(file):  # store="codes": stage 2 decodes the index's codes
             # Standalone codes decode through their codec; stage 1 may scan them in another layout.
             store.decoder, rotate = ann.scoring_decoder(index if codes is None else codecs.decoding, codes,
-                                                        manifest["index"].get("vector_norm"))
+                                                        manifest["index"].get("vector_norm"), scales)
             # Shards that share a codec share its rotation: stage 2 rotates a query once for all of them.
             shard.rotate = rotate if codes is None else codecs.rotation(rotate)
             if codes is not None and codecs.tables() is not None:
-                store.decoder = codecs.tables().reader(codes)
+                store.decoder = codecs.tables().reader(codes, scales)
         if entry.get("deleted"):
             shard.live = np.ones(len(store), dtype=bool)
             shard.live[read_deleted(path / entry["name"] / entry["deleted"])] = False

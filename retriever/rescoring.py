@@ -170,7 +170,7 @@ def _similarities(shard: Shard, s: int, qs: np.ndarray, ordinals: list[int], exc
         sims = scoring.block_logits(qs, np.concatenate(parts), blocks) if blocks else scoring.similarities(qs, parts)
     else:  # codes: decoded and multiplied a block at a time
         parts = store.vector_ids(ordinals, cols)
-        sims = scoring.decoded_similarities(qs, store.decode, np.concatenate(parts))
+        sims = scoring.decoded_similarities(qs, store.decoder or store.decode, np.concatenate(parts))
     bounds = np.cumsum([0] + [len(v) for v in parts])
     return [Candidate(s, o, sims[:, bounds[i] : bounds[i + 1]], sen, 0.0, cols=c,
                       windows=None if w is None else (w[0] if c is None else w[0][c], w[1]))

@@ -74,7 +74,9 @@ def decoded_similarities(queries: np.ndarray, decode: Callable[[np.ndarray], "np
     a product over a few rows, and a document's score would then depend on
     where a block happened to end. A decoder on a device (a GPU) returns
     torch tensors there: each block is multiplied there and only the
-    product comes back.
+    product comes back. A decoder with `products(queries, ids, out)`
+    (`indexer.decoding.CodesReader`) makes a block's products itself,
+    without decoding its rows whole.
     """
     import torch
 
@@ -84,7 +86,11 @@ def decoded_similarities(queries: np.ndarray, decode: Callable[[np.ndarray], "np
     if len(bounds) > 2 and bounds[-1] - bounds[-2] < block_rows // 2:
         del bounds[-2]
     on_device: dict[torch.device, torch.Tensor] = {}
+    products = getattr(decode, "products", None)
     for a, b in zip(bounds[:-1], bounds[1:]):
+        if products is not None:
+            products(q, ids[a:b], out[:, a:b])
+            continue
         rows = decode(ids[a:b])
         if isinstance(rows, torch.Tensor):
             qd = on_device.setdefault(rows.device, q.to(rows.device))

@@ -47,7 +47,8 @@ def test_codes_keep_each_vector_once_as_the_same_ann_index_without_its_ids(pair)
     f16, codes = read_manifest(root / "float16"), read_manifest(root / "codes")
     assert codes["settings"]["store"] == "codes" and f16["settings"]["store"] == "float16"
     assert codes["index"]["trained_sha256"] == f16["index"]["trained_sha256"]  # one codec: the same training
-    assert (codes["version"], f16["version"]) == (2, 1)  # a reader of version 1 would take the codes for FAISS files
+    # A reader of version 1 would take the codes for FAISS files, one of version 2 codes ending in their scale for damaged ones.
+    assert (codes["version"], f16["version"]) == (3, 1) and codes["index"]["scaled_codes"]
     assert all(s["stored"] is None and not (root / "codes" / s["name"] / VECTORS).exists() for s in codes["shards"])
     codec = ann.read_faiss(root / "codes" / codes["index"]["trained"])
     rng = np.random.default_rng(0)
@@ -55,14 +56,17 @@ def test_codes_keep_each_vector_once_as_the_same_ann_index_without_its_ids(pair)
         file = root / "float16" / a["name"] / VECTORS
         assert a["stored"] == VECTORS and file.stat().st_size == a["stored_bytes"]
         assert np.load(file, mmap_mode="r").shape == (a["vectors"], 384)
-        # A codes shard is one row a vector: its list number (1 byte for 16 lists) and 96 PQ codes, no 8-byte id.
-        rows = ann.read_codes(root / "codes" / b["name"] / b["index"])
-        assert b["index"] == ann.CODES_FILE and rows.shape == (b["vectors"], 1 + 96)
-        assert b["index_bytes"] == rows.nbytes + 128  # and the .npy header
+        # A codes shard is one row a vector: its list number (1 byte for 16 lists), 96 PQ codes and its float32 scale, no 8-byte id.
+        rows, scales = ann.read_codes(root / "codes" / b["name"] / b["index"], codec, True)
+        assert b["index"] == ann.CODES_FILE and rows.shape == (b["vectors"], 1 + 96) and scales.shape == (b["vectors"],)
+        assert b["index_bytes"] == b["vectors"] * (1 + 96 + 4) + 128  # and the .npy header
         # They are the float16 index's codes: the same reconstructions, the same stage-1 answers.
         faiss_index = ann.read_faiss(root / "float16" / a["name"] / a["index"])
         ids = rng.choice(a["vectors"], 50, replace=False)
         np.testing.assert_allclose(ann.decoder(codec, rows)(ids), ann.decoder(faiss_index)(ids), atol=1e-6)
+        # A row's scale takes its decoded vector back to the length every indexed vector had.
+        lengths = np.linalg.norm(ann.decoder(codec, rows)(ids), axis=1)
+        np.testing.assert_allclose(scales[ids] * lengths, codes["index"]["vector_norm"], rtol=1e-6)
         rebuilt = ann.index_from_codes(codec, rows)
         assert rebuilt.ntotal == faiss_index.ntotal == b["vectors"]
         assert int(faiss.extract_index_ivf(rebuilt).quantizer.this) == int(faiss.downcast_index(codec).quantizer.this)
@@ -86,8 +90,9 @@ def test_decoded_vectors_stay_within_the_quantiser_error(pair):
     with pytest.raises(ValueError, match="keeps no vectors"):
         decoded.vectors([0])
     codes = read_manifest(root / "codes")
-    decoded.decoder = ann.decoder(ann.read_faiss(root / "codes" / codes["index"]["trained"]),
-                                  ann.read_codes(root / "codes" / s["name"] / codes["shards"][0]["index"]))
+    codec = ann.read_faiss(root / "codes" / codes["index"]["trained"])
+    rows, scales = ann.read_codes(root / "codes" / s["name"] / codes["shards"][0]["index"], codec, True)
+    decoded.decoder = ann.decoder(codec, rows)
     ordinals = list(range(len(exact)))
     a = np.concatenate([v for v, _ in exact.vectors(ordinals)]).astype(np.float32)
     b = np.concatenate([v for v, _ in decoded.vectors(ordinals)])
@@ -97,11 +102,11 @@ def test_decoded_vectors_stay_within_the_quantiser_error(pair):
     lengths = np.linalg.norm(b, axis=1)
     assert codes["index"]["vector_norm"] == pytest.approx(1.0, abs=1e-3)
     assert lengths.std() > 0.01, lengths.std()
-    decoded.decoder = ann.decoder(ann.read_faiss(root / "codes" / codes["index"]["trained"]),
-                                  ann.read_codes(root / "codes" / s["name"] / codes["shards"][0]["index"]), codes["index"]["vector_norm"])
-    c = np.concatenate([v for v, _ in decoded.vectors(ordinals)])
-    np.testing.assert_allclose(np.linalg.norm(c, axis=1), codes["index"]["vector_norm"], rtol=1e-5)
-    np.testing.assert_allclose(c / np.linalg.norm(c, axis=1, keepdims=True), b / lengths[:, None], atol=1e-5)
+    for stored in (None, scales):  # measured at each decode (codes written before scales), or by the stored scales
+        decoded.decoder = ann.decoder(codec, rows, codes["index"]["vector_norm"], stored)
+        c = np.concatenate([v for v, _ in decoded.vectors(ordinals)])
+        np.testing.assert_allclose(np.linalg.norm(c, axis=1), codes["index"]["vector_norm"], rtol=1e-5)
+        np.testing.assert_allclose(c / np.linalg.norm(c, axis=1, keepdims=True), b / lengths[:, None], atol=1e-5)
     # Rows come back per document, in the order asked, unit records alongside.
     for (va, sa), (vb, sb) in zip(exact.vectors([5, 2]), decoded.vectors([5, 2])):
         assert va.shape == vb.shape and np.array_equal(sa, sb)
@@ -127,6 +132,46 @@ def test_stage_two_from_codes_ranks_as_from_float16(pair):
         assert top1 >= len(QUERIES) - 1
 
 
+def test_codes_written_before_scales_search_as_codes_with_them(pair, tmp_path):
+    """An index whose codes rows end at the code (written before rows kept
+    their scale: manifest version 2) still opens, verifies and answers as the
+    same codes with their scales: stage 2 measures each decoded row instead."""
+    import json
+    import shutil
+
+    from propdex.indexer.manifest import sha256_file
+
+    root, encoder = pair
+    old = tmp_path / "codes4-v2"
+    shutil.copytree(root / "codes4", old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    codec = ann.read_faiss(old / manifest["index"]["trained"])
+    for s in manifest["shards"]:
+        file = old / s["name"] / s["index"]
+        rows = np.array(ann.read_codes(file, codec, True)[0])
+        with open(file, "wb") as f:
+            np.save(f, rows)
+        s["index_sha256"], s["index_bytes"] = sha256_file(file), file.stat().st_size
+    del manifest["index"]["scaled_codes"]
+    manifest["version"] = 2
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["verify", str(old)]) == 0
+    with Searcher.load(root / "codes4", encoder=encoder) as new, Searcher.load(old, encoder=encoder) as before:
+        for q in QUERIES:
+            for level in ("doc", "sentence"):
+                a, b = new.search(q, k=10, level=level), before.search(q, k=10, level=level)
+                assert [h.doc_id for h in a] == [h.doc_id for h in b]
+                np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-5)
+    # A later add to it writes its codes as the index's other shards are written, and it stays readable by version 2.
+    IndexWriter.open(old, encoder).add([replace(d, id=f"new-{d.id}") for d in _docs(3)])
+    grown = read_manifest(old)
+    assert grown["version"] == 2 and len(grown["shards"]) > len(manifest["shards"])
+    for s in grown["shards"]:
+        ann.read_codes(old / s["name"] / s["index"], codec, False)  # no scales: else "damaged"
+    with Searcher.load(old, encoder=encoder) as searcher:
+        assert searcher.search(QUERIES[0], k=3)
+
+
 def test_a_shards_stage_one_keeps_the_codec_it_shares_alive(pair):
     """Shards share the codec's quantizer and rotation: the stage-1 index
     must hold the codec, however the caller lets go of it."""
@@ -136,8 +181,8 @@ def test_a_shards_stage_one_keeps_the_codec_it_shares_alive(pair):
     for name in ("codes", "codes4"):
         manifest = read_manifest(root / name)
         s = manifest["shards"][0]
-        rows = ann.read_codes(root / name / s["name"] / s["index"])
         codec = ann.read_faiss(root / name / manifest["index"]["trained"])
+        rows = ann.read_codes(root / name / s["name"] / s["index"], codec, True)[0]
         q = ann.decoder(codec, rows)(np.arange(8))
         stage1 = ann.index_from_codes(codec, rows)
         want = ann.search(stage1, q, 10, 4)
@@ -160,7 +205,7 @@ def test_four_bit_codes_are_scanned_in_simd_blocks_and_decoded_a_byte_at_a_time(
     codec = ann.read_faiss(root / "codes4" / manifest["index"]["trained"])  # read back, as a searcher reads it
     rng = np.random.default_rng(0)
     for s in manifest["shards"]:
-        rows = ann.read_codes(root / "codes4" / s["name"] / s["index"])
+        rows = ann.read_codes(root / "codes4" / s["name"] / s["index"], codec, True)[0]
         assert rows.shape == (s["vectors"], 1 + 96)  # 192 codes of 4 bits: as many bytes as the 8-bit PQ96
         stage1 = ann.index_from_codes(codec, rows)
         assert isinstance(faiss.downcast_index(faiss.extract_index_ivf(stage1)), faiss.IndexIVFPQFastScan)
@@ -201,7 +246,7 @@ def test_shards_that_share_a_codec_share_one_pair_codebook(pair, monkeypatch):
     inner = faiss.downcast_index(faiss.downcast_index(decoding).index)
     assert (inner.pq.M, inner.pq.nbits) == (96, 8)
     assert int(inner.quantizer.this) == int(faiss.downcast_index(faiss.downcast_index(codec).index).quantizer.this)
-    rows = ann.read_codes(root / "codes4" / manifest["shards"][0]["name"] / manifest["shards"][0]["index"])
+    rows = ann.read_codes(root / "codes4" / manifest["shards"][0]["name"] / manifest["shards"][0]["index"], codec, True)[0]
     ids = np.arange(0, len(rows), 7)
     want = codec.sa_decode(np.ascontiguousarray(rows[ids]))
     np.testing.assert_allclose(ann.decoder(decoding, rows)(ids), want, atol=1e-6)
@@ -393,7 +438,7 @@ def test_shards_that_share_a_codec_search_as_one_index_of_the_same_codes(pair, m
 
     manifest = read_manifest(root / "codes4")
     codec = ann.read_faiss(root / "codes4" / manifest["index"]["trained"])
-    rows = [ann.read_codes(root / "codes4" / s["name"] / s["index"]) for s in manifest["shards"]]
+    rows = [ann.read_codes(root / "codes4" / s["name"] / s["index"], codec, True)[0] for s in manifest["shards"]]
     whole = ann.index_from_codes(codec, np.concatenate(rows))
     assigned, alone = [], []
     real_assign, real_search = ann.assign, ann.search
@@ -494,9 +539,9 @@ def test_a_device_decodes_standalone_codes_as_faiss_does(pair, name):
         codec = ann.read_faiss(root / name / manifest["index"]["trained"])
         device = CodesDecoder(codec, manifest["index"].get("vector_norm"), "cpu")
         for shard, entry in zip(cpu, manifest["shards"]):
-            codes = ann.read_codes(root / name / entry["name"] / entry["index"])
+            codes, scales = ann.read_codes(root / name / entry["name"] / entry["index"], codec, True)
             ids = np.arange(0, entry["vectors"], 7)
-            decoded = device.reader(codes)(ids)
+            decoded = device.reader(codes, scales)(ids)
             assert isinstance(decoded, torch.Tensor) and decoded.shape == (len(ids), shard.store.decoded_dim)
             np.testing.assert_allclose(decoded.numpy(), shard.store.decoder(ids), rtol=1e-5, atol=1e-6)
     finally:
