@@ -55,8 +55,14 @@ class HashCodec:
         return self.bits // 8
 
     def scores(self, x: np.ndarray) -> np.ndarray:
-        """Each head's score, float32 (n, B)."""
-        return np.asarray(x, dtype=np.float32) @ self.weight.T + self.bias
+        """Each head's score, float32 (n, B). Multiplied by torch, which keeps
+        to the process's thread setting: numpy's BLAS splits even a query's
+        few rows over every core, and waits for them where they are busy."""
+        import torch
+
+        w = torch.from_numpy(np.ascontiguousarray(self.weight, dtype=np.float32))
+        out = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) @ w.T
+        return out.add_(torch.from_numpy(np.ascontiguousarray(self.bias, dtype=np.float32))).numpy()
 
     def encode(self, x: np.ndarray) -> np.ndarray:
         """Packed codes, uint8 (n, B/8): bit k (little-endian within a byte) set where head k scores above 0."""

@@ -344,8 +344,19 @@ def scoring_decoder(index: Any, codes: np.ndarray | None = None, norm: float | N
         def decode(ids: np.ndarray, owner: Any = index) -> np.ndarray:  # `owner` keeps the C++ index alive
             return inner(ids)
 
-        return decode, lambda q: np.ascontiguousarray(q, dtype=np.float32) @ a.T
+        return decode, _rotate_by(a)
     return decoder(index, codes, norm, scales), None
+
+
+def _rotate_by(a: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """q -> q A' for a query's few vectors, by torch: numpy's BLAS splits
+    even a product this small over every core (whatever `set_threads`
+    says), and where the cores are busy (a server's other requests, another
+    process) its threads wait for them: milliseconds for microseconds of work."""
+    import torch
+
+    at = torch.from_numpy(np.ascontiguousarray(a.T))
+    return lambda q: (torch.from_numpy(np.ascontiguousarray(q, dtype=np.float32)) @ at).numpy()
 
 
 def _rotation(typed: Any) -> np.ndarray | None:

@@ -39,5 +39,7 @@ def agreement(base, got, queries):
 
 def codes_and_tables(store):
     """A codes shard's memory-mapped standalone codes and the CodesDecoder that reads them (its decoder's closure)."""
+    if hasattr(store.decoder, "tables"):  # a CodesReader, since codes rows keep their scale
+        return store.decoder.codes, store.decoder.tables
     cells = dict(zip(store.decoder.__code__.co_freevars, (c.cell_contents for c in store.decoder.__closure__)))
     return cells["codes"], cells["self"]
