@@ -63,7 +63,7 @@ def read_codes(path: Path, codec: faiss.Index, scaled: bool) -> tuple[np.ndarray
     width = row_bytes(codec, scaled)
     if rows.dtype != np.uint8 or rows.ndim != 2 or rows.shape[1] != width:
         raise ValueError(f"{path} is not an array of standalone codes of {width} bytes ({rows.dtype}, {rows.shape}): the index is damaged")
-    size = codec.sa_code_size()
+    rows, size = np.asarray(rows), codec.sa_code_size()  # a plain view: np.memmap's indexing costs Python at every gather
     return rows[:, :size], (rows[:, size:].view("<f4")[:, 0] if scaled else None)
 
 

@@ -251,7 +251,8 @@ class CodesDecoder:
         import torch
 
         seen = self._seen
-        if getattr(seen, "queries", None) is None or seen.queries.shape != queries.shape or not torch.equal(seen.queries, queries):
+        if getattr(seen, "given", None) is not queries and (
+                getattr(seen, "queries", None) is None or seen.queries.shape != queries.shape or not torch.equal(seen.queries, queries)):
             seen.queries, seen.on_device = queries.clone(), self._on_device(queries)
             seen.table = torch.empty((len(queries), len(self.centroids)), dtype=torch.float32, device=self.device)
             seen.known = np.zeros(len(self.centroids), dtype=bool)
@@ -264,6 +265,7 @@ class CodesDecoder:
                 at = torch.from_numpy(missing).to(self.device)
                 seen.table[:, at] = seen.on_device @ self.centroids[at].T
             seen.known[missing] = True
+        seen.given = queries  # the blocks of one product share the tensor: no need to compare it again
         return seen.table, seen.on_device
 
     def _on_device(self, queries: "torch.Tensor") -> "torch.Tensor":
