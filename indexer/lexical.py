@@ -66,6 +66,18 @@ def analyze(text: str) -> list[str]:
     return _stemmer().stemWords(words) if words else []
 
 
+def matching_terms(words: Iterable[str], terms: set[str]) -> set[str]:
+    """The distinct analysed words (lower case, as `analyze` splits a text)
+    whose stem is one of `terms`. A long article repeats its words and
+    holds thousands of distinct ones, and stemming them cost more than the
+    BM25 search that found it. Porter's rules rewrite a word's ending, never
+    its first letter, and empty only "s": the words stemmed (each once) are
+    those that begin as a term does, and the shortest."""
+    heads = {t[:1] for t in terms}
+    kept = [w for w in set(words) if (w[:1] in heads or len(w) <= 3) and w not in STOP_WORDS]
+    return {w for w, stem in zip(kept, _stemmer().stemWords(kept)) if stem in terms} if kept else set()
+
+
 def document_text(title: str, text: str) -> str:
     """What BM25 reads of a document: its title, then its text."""
     return f"{title}\n{text}" if title else text

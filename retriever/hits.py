@@ -13,6 +13,7 @@ are some query vector's best match there.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -126,16 +127,17 @@ def lexical_passage(doc: Document, best: int, max_words: int = PASSAGE_WORDS) ->
 
 
 def lexical_hit(rank: int, doc: Document, score: float, terms: set[str]) -> Hit:
-    """A BM25 hit: the sentence holding the most distinct query terms, with
-    the words that match marked, shown in its passage (`lexical_passage`)."""
+    """A BM25 hit: the sentence holding the most distinct query terms (the
+    first such), with the words that match marked, shown in its passage
+    (`lexical_passage`). The sentences are compared by their distinct words,
+    each stemmed once (`lexical.matching_terms`)."""
     sentences = sentences_of(doc)
-    best, best_spans, best_n = 0, [], -1
-    for i, (a, b) in enumerate(sentences):
-        spans = [(m.start(), m.end()) for m in lexical.WORDS.finditer(doc.text[a:b]) if set(lexical.analyze(m.group())) & terms]
-        n = len({doc.text[a + x:a + y].lower() for x, y in spans})
-        if n > best_n:
-            best, best_spans, best_n = i, spans, n
+    words = [lexical.WORDS.findall(doc.text[a:b].lower()) for a, b in sentences]
+    matching = lexical.matching_terms(chain.from_iterable(words), terms)
+    counts = [len(matching.intersection(ws)) for ws in words]
+    best = max(range(len(counts)), key=counts.__getitem__) if counts else 0
     a, b = sentences[best]
+    best_spans = [(m.start(), m.end()) for m in lexical.WORDS.finditer(doc.text[a:b]) if not terms.isdisjoint(lexical.analyze(m.group()))]
     passage = lexical_passage(doc, best)
     return Hit(rank, doc.id, doc.title, score, best, doc.text[a:b], best_spans, text=passage_text(doc, *passage),
                metadata=dict(doc.metadata), passage=passage, document=doc)

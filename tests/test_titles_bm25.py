@@ -84,6 +84,22 @@ def test_analyzer_stems_and_drops_stop_words():
     assert lexical.analyze("the of and") == []
 
 
+def test_a_hits_matching_words_are_every_word_whose_stem_is_a_query_term():
+    """matching_terms stems only the words that can stem to a term (their
+    first letter, or three letters at most): on real articles' every word
+    and a question's terms (and the empty stem of "s", the one-letter "i"),
+    it finds what stemming every word finds."""
+    import bz2
+
+    with bz2.open(DATA / "wikipedia" / "extracted" / "AA" / "wiki_00.bz2", "rt") as f:
+        words = lexical.WORDS.findall(f.read(200_000).lower()) + ["s", "ies", "eyed", "yes", "ys"]
+    for question in ("Which anarchist was born in Spain's Catalonia in 1870?", "Is the eyed yak bigger?", "2014 S/S is by who?"):
+        terms = set(lexical.analyze(question)) | {"i"}
+        stemmer = lexical._stemmer()
+        want = {w for w in set(words) if w not in lexical.STOP_WORDS and stemmer.stemWord(w) in terms}
+        assert lexical.matching_terms(words, terms) == want and want
+
+
 def test_bm25_agrees_with_rank_bm25_under_robertson_idf():
     from rank_bm25 import BM25Okapi
 
