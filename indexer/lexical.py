@@ -151,7 +151,8 @@ class Segment:
     def load(cls, directory: Path, mmap: bool = True) -> "Segment":
         directory = Path(directory)
         meta = json.loads((directory / IDS).read_text())
-        arrays = {name: np.load(directory / f"{name}.npy", mmap_mode="r" if mmap else None) for name in _ARRAYS}
+        # Plain views of the maps: np.memmap's indexing costs Python at every posting a query reads.
+        arrays = {name: np.asarray(np.load(directory / f"{name}.npy", mmap_mode="r" if mmap else None)) for name in _ARRAYS}
         segment = cls(meta["ids"], {t: i for i, t in enumerate(meta["terms"])}, **arrays)
         if len(segment.lengths) != len(segment.ids) or len(segment.indptr) != len(meta["terms"]) + 1 \
                 or len(segment.docs) != len(segment.tfs) or int(segment.indptr[-1]) != len(segment.docs):
@@ -197,20 +198,31 @@ class BM25:
         """The BM25 score of every document, in index order (0 for a deleted one).
         A term repeated in the query counts each time, as bm25s counts it."""
         scores = np.zeros(len(self.ids), dtype=np.float32)
-        k1, b = self.params["k1"], self.params["b"]
+        parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}  # a term's postings and scores, made once however often it comes
         for term in analyze(query):
-            found = [(i, p) for i, seg in enumerate(self.segments) if (p := seg.postings(term)) is not None]
-            df = sum(len(d) if self.live[i] is None else int(np.count_nonzero(self.live[i][d])) for i, (d, _) in found)
-            if not df:
-                continue
-            idf = np.float64(np.float32(self.idf(df)))  # bm25s keeps idf in float32, the rest in float64
-            for i, (docs, tfs) in found:
-                tf = tfs.astype(np.float64)
-                part = (idf * (tf / (k1 * ((1 - b) + b * self.segments[i].lengths[docs] / self.avgdl) + tf))).astype(np.float32)
-                if self.live[i] is not None:
-                    part = np.where(self.live[i][docs], part, np.float32(0))
-                scores[self.offsets[i] + docs] += part
+            if term not in parts:
+                parts[term] = self._term_scores(term)
+            for rows, part in parts[term]:
+                scores[rows] += part
         return scores
+
+    def _term_scores(self, term: str) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(rows in index order, float32 scores) of the documents holding
+        `term`, a pair a segment (none where no live document holds it)."""
+        k1, b = self.params["k1"], self.params["b"]
+        found = [(i, p) for i, seg in enumerate(self.segments) if (p := seg.postings(term)) is not None]
+        df = sum(len(d) if self.live[i] is None else int(np.count_nonzero(self.live[i][d])) for i, (d, _) in found)
+        if not df:
+            return []
+        idf = np.float64(np.float32(self.idf(df)))  # bm25s keeps idf in float32, the rest in float64
+        out = []
+        for i, (docs, tfs) in found:
+            tf = tfs.astype(np.float64)
+            part = (idf * (tf / (k1 * ((1 - b) + b * self.segments[i].lengths[docs] / self.avgdl) + tf))).astype(np.float32)
+            if self.live[i] is not None:
+                part = np.where(self.live[i][docs], part, np.float32(0))
+            out.append((self.offsets[i] + docs, part))
+        return out
 
     def search(self, query: str, k: int, exclude: Iterable[str] = (), mask: np.ndarray | None = None) -> list[tuple[str, float]]:
         """The top `k` (id, score) with a positive score, best first; ties go to
