@@ -225,7 +225,7 @@ def read_rows(path: Path, codec: BinaryCodec) -> np.ndarray:
     rows = np.load(path, mmap_mode="r", allow_pickle=False)
     if rows.dtype != np.uint8 or rows.ndim != 2 or rows.shape[1] != codec.row_bytes:
         raise ValueError(f"{path} holds {rows.dtype} {rows.shape}, not rows of {codec.row_bytes} bytes: the index is damaged")
-    return rows
+    return np.asarray(rows)  # a plain view: np.memmap's indexing costs Python at every gather
 
 
 class BinaryIndex:

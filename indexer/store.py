@@ -338,7 +338,9 @@ class ShardStore:
         self.decoder: Decoder | None = None
         self.decoded_dim = self.dim  # the width of what `decoder` gives (store="binary": its codes' bits)
         file = self._file = path / (stored or VECTORS)
-        self._array = np.load(file, mmap_mode="r") if stored and file.is_file() and self.info["vectors"] else None
+        mapped = np.load(file, mmap_mode="r") if stored and file.is_file() and self.info["vectors"] else None
+        # A plain view of the map: np.memmap's indexing costs Python at every candidate's rows.
+        self._array, self._offset = (None, 0) if mapped is None else (np.asarray(mapped), mapped.offset)
         self._legacy = legacy and self._array is None
         if self._array is not None and self._array.shape != (self.info["vectors"], self.dim):
             raise ValueError(f"{file} holds {self._array.shape} vectors, the shard {self.info['vectors']} of dim {self.dim}: the index is damaged")
@@ -428,7 +430,7 @@ class ShardStore:
         would otherwise leave every page of it in this process's memory."""
         if self._array is not None:
             with open(self._file, "rb") as f:
-                f.seek(self._array.offset)
+                f.seek(self._offset)
                 for start in range(0, len(self._array), rows):
                     n = min(rows, len(self._array) - start)
                     yield np.fromfile(f, dtype="<f2", count=n * self.dim).reshape(n, self.dim).astype(np.float32)
