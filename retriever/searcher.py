@@ -179,22 +179,24 @@ class Searcher:
         if within is not None and len(within) != len(queries):
             raise ValueError(f"within lists {len(within)} candidate sets for {len(queries)} queries")
         allowed = allowed_per_shard(self.shards, settings.where)
-        results = self._search(queries, settings, exclude, within, allowed)
-        if settings.hops == 2:
-            results = [self._second_hop(q, hits, settings, exclude[qi] if exclude else set(), allowed)
+        encoded = None if settings.bm25 or not self.shards else _encode(self.encoder, queries)
+        results = self._search(queries, settings, exclude, within, allowed, encoded)
+        if settings.hops == 2:  # the second hop scores its documents with the vectors the first hop encoded
+            results = [self._second_hop(q, hits, settings, exclude[qi] if exclude else set(), allowed, None if encoded is None else encoded[qi])
                        for qi, (q, hits) in enumerate(zip(queries, results))]
         return results
 
     def best_sentences(self, query: str | Document, doc_ids: Sequence[str], *, skip: set[str] = frozenset(),
-                       window: int | None = None) -> list[Hit]:
+                       window: int | None = None, vectors: np.ndarray | None = None) -> list[Hit]:
         """Each of these documents' best sentence for the query, scored exactly
         as `level="sentence"` scores it, in the order the ids are given (ids
         the index does not hold, or `skip`s, are left out): what a second hop
-        offers at sentence level, here and in eval."""
+        offers at sentence level, here and in eval (`vectors`: the query's, if encoded)."""
         if not doc_ids:
             return []
         settings = SearchSettings(k=len(doc_ids), level="doc", window=window)
-        found = {h.doc_id: h for h in self._search([query], settings, [set(skip)], [list(doc_ids)], [None] * len(self.shards))[0]}
+        found = {h.doc_id: h for h in self._search([query], settings, [set(skip)], [list(doc_ids)], [None] * len(self.shards),
+                                                   None if vectors is None else [vectors])[0]}
         # A document-level hit already names its best sentence; at sentence level its text is that sentence.
         return [replace(found[d], text=found[d].sentence_text, passage=(found[d].sentence_index,) * 2) for d in doc_ids if d in found]
 
@@ -215,18 +217,18 @@ class Searcher:
 
     # -- the pipeline --------------------------------------------------------------------
     def _search(self, queries: Sequence[str | Document], st: SearchSettings, exclude: Sequence[set[str]] | None,
-                within: Sequence[Sequence[str] | np.ndarray] | None, allowed: Allowed) -> list[list[Hit]]:
+                within: Sequence[Sequence[str] | np.ndarray] | None, allowed: Allowed,
+                encoded: list[np.ndarray] | None = None) -> list[list[Hit]]:
         """One hop of a batch: BM25 alone, or the two dense stages (over
-        `within`'s documents only, where given) and their fusion with BM25."""
+        `within`'s documents only, where given) and their fusion with BM25;
+        `encoded`: the queries' vectors, where they are encoded already."""
         skips = [exclude[qi] if exclude else set() for qi in range(len(queries))]
         if st.bm25:
             return [lexical_hits(self.lexical_search, _text(q), st.k, skip, self._lexical_mask(allowed, st.where))
                     for q, skip in zip(queries, skips)]
         if not self.shards:
             return [[] for _ in queries]
-        _warn_about(self.encoder, queries)
-        with stage("encode"):
-            encoded = [e.vectors for e in self.encoder.encode_queries(list(queries))]
+        encoded = _encode(self.encoder, queries) if encoded is None else encoded
         depths = stage1.Depths.of(st, max(len(q) for q in encoded), self.vectors_per_doc, self.nprobe, self.lists,
                                   self.encoder.pooled_tokens)
         masks = [shard.vector_mask(a) for shard, a in zip(self.shards, allowed)]
@@ -290,11 +292,11 @@ class Searcher:
         chosen = fused_rows(rescoring.rows(cands, depth, st.level), doc_of, lexical_run, st.level, st.k, st.fusion, rescore)
         return dense_hits(self.shards, cands, chosen, st.level, self._window(st))
 
-    def _second_hop(self, query: str | Document, hits: list[Hit], st: SearchSettings, skip: set[str], allowed: Allowed) -> list[Hit]:
+    def _second_hop(self, query: str | Document, hits: list[Hit], st: SearchSettings, skip: set[str], allowed: Allowed, vectors: Any) -> list[Hit]:
         if not hits:
             return hits
         return second_hop(self.lexical_search, _text(query), hits, st.k, st.level, skip, self._lexical_mask(allowed, st.where),
-                          lambda doc_ids: self.best_sentences(query, doc_ids, skip=skip, window=st.window))
+                          lambda doc_ids: self.best_sentences(query, doc_ids, skip=skip, window=st.window, vectors=vectors))
 
     def _lexical_mask(self, allowed: Allowed, where: object) -> np.ndarray | None:
         """Which of BM25's documents pass `where` (None: no filter)."""
@@ -314,6 +316,12 @@ def set_threads(n: int) -> None:
 
 def _text(query: str | Document) -> str:
     return query.text if isinstance(query, Document) else query
+
+
+def _encode(encoder: "Encoder", queries: Sequence[str | Document]) -> list[np.ndarray]:
+    _warn_about(encoder, queries)
+    with stage("encode"):
+        return [e.vectors for e in encoder.encode_queries(list(queries))]
 
 
 def _warn_about(encoder: "Encoder", queries: Sequence[str | Document]) -> None:

@@ -327,3 +327,23 @@ def test_second_hop_finds_the_bridge_paragraph(tmp_path, capsys, hotpot_docs):
     assert "Greenwich Village" in two[4]["sentence"]["text"] and two[4]["text"] == two[4]["sentence"]["text"]
     assert main(["-q", "search", str(tmp_path / "idx"), query, "--hops", "2", "--level", "unit", "--device", "cpu"]) == 2
     assert "hops=2 ranks documents or sentences" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_second_hop_scores_with_the_vectors_its_first_hop_encoded(tmp_path, hotpot_docs, minilm):
+    """The second hop re-scores its documents' sentences for the question the
+    first hop encoded: the query is encoded once a search, and the hop still
+    offers the bridge paragraph's answering sentence."""
+    encoder = load_encoder("single", backbone=minilm, device="cpu")
+    IndexWriter(tmp_path / "idx", encoder).build(hotpot_docs)
+    query = 'The director of the romantic comedy "Big Stone Gap" is based in what New York city?'
+    calls: list[int] = []
+    encode = encoder.encode_queries
+    encoder.encode_queries = lambda queries: calls.append(len(queries)) or encode(queries)
+    with Searcher.load(tmp_path / "idx", encoder=encoder) as searcher:
+        hits = searcher.search(query, k=5, level="sentence", hybrid=True, hops=2)
+        assert calls == [1]
+        assert hits[4].doc_id == "Adriana Trigiani" and hits[4].hop == 2 and "Greenwich Village" in hits[4].sentence_text
+        calls.clear()
+        assert len(searcher.search_batch([query, "Scott Derrickson"], k=5, level="sentence", hybrid=True, hops=2)) == 2
+        assert calls == [2]
