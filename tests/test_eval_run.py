@@ -165,8 +165,8 @@ def test_cached_index_whose_spec_changed_meaning_is_neither_reused_nor_in_the_wa
 
 def test_cached_codes_index_built_by_an_old_default_or_layout_is_neither_reused_nor_in_the_way(tmp_path, tiny):
     """A `store=codes` index from an older codes rule (another default factory)
-    or layout (FAISS index files, 8-byte ids), or built with the other store,
-    is not what the spec builds now."""
+    or layout (FAISS index files, 8-byte ids, codes without their scales), or
+    built with the other store, is not what the spec builds now."""
     import json
 
     from propdex.encoders import load_encoder
@@ -177,15 +177,19 @@ def test_cached_codes_index_built_by_an_old_default_or_layout_is_neither_reused_
     n = 610_000
     now = ann.default_factory(n, encoder.dim, "codes")
 
-    def cached(factory: str, index_file: str, training: str | None = "quick") -> None:
+    def cached(factory: str, index_file: str, training: str | None = "quick", scaled: bool = True) -> None:
         (tmp_path / "codes").mkdir(exist_ok=True)
         index = {"backend": "faiss", "factory": factory, "vector_norm": 1.0} | ({"training": training} if training else {})
+        index |= {"scaled_codes": True} if scaled else {}
         (tmp_path / "codes" / "manifest.json").write_text(json.dumps({
             "format": "propdex-index", "version": 2, "status": "complete", "encoder": encoder.config(), "counts": {"vectors": n},
             "settings": {"store": "codes"}, "index": index, "shards": [{"name": "shard-00000", "index": index_file}]}))
 
     cached(now, ann.CODES_FILE)
     assert cached_index_dir(tmp_path, "codes", encoder, "codes") == tmp_path / "codes"
+    # Codes written before each row kept its scale: stage 2 reads them the slower way, so their timings are not today's.
+    cached(now, ann.CODES_FILE, scaled=False)
+    assert cached_index_dir(tmp_path, "codes", encoder, "codes").name.startswith("codes-")
     # Trained in full before the size rule: what `training=full` builds, not what today's default does at this size.
     cached(now, ann.CODES_FILE, training=None)
     assert cached_index_dir(tmp_path, "codes", encoder, "codes", training="full") == tmp_path / "codes"
