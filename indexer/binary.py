@@ -32,6 +32,7 @@ import numpy as np
 
 from propdex.encoders.hashing import FITTED, METHODS, HashCodec, check_bits, initial, learned_name, load_learned, lsh, pca, sign_table, signs
 
+from . import mapped
 from .factory import _lists, list_bytes
 from .faiss_setup import apply_threads, faiss
 
@@ -222,10 +223,7 @@ def read_codec(path: Path) -> BinaryCodec:
 
 def read_rows(path: Path, codec: BinaryCodec) -> np.ndarray:
     """A shard's rows, memory-mapped, checked against the codec's width."""
-    rows = np.load(path, mmap_mode="r", allow_pickle=False)
-    if rows.dtype != np.uint8 or rows.ndim != 2 or rows.shape[1] != codec.row_bytes:
-        raise ValueError(f"{path} holds {rows.dtype} {rows.shape}, not rows of {codec.row_bytes} bytes: the index is damaged")
-    return np.asarray(rows)  # a plain view: np.memmap's indexing costs Python at every gather
+    return mapped.byte_rows(path, codec.row_bytes, "binary codes")
 
 
 class BinaryIndex:

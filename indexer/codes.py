@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from . import mapped
 from .faiss_setup import faiss
 
 CODES_FILE = "index.codes"  # a shard's standalone codes (store="codes" over IVF): uint8 .npy (V, row_bytes)
@@ -59,11 +60,7 @@ def read_codes(path: Path, codec: faiss.Index, scaled: bool) -> tuple[np.ndarray
     """A shard's standalone codes, memory-mapped, as (codes (V, code size),
     scales (V,) float32 or None), both views of the one file's rows: stage
     2 gathers a row's code and its scale together."""
-    rows = np.load(path, mmap_mode="r", allow_pickle=False)
-    width = row_bytes(codec, scaled)
-    if rows.dtype != np.uint8 or rows.ndim != 2 or rows.shape[1] != width:
-        raise ValueError(f"{path} is not an array of standalone codes of {width} bytes ({rows.dtype}, {rows.shape}): the index is damaged")
-    rows, size = np.asarray(rows), codec.sa_code_size()  # a plain view: np.memmap's indexing costs Python at every gather
+    rows, size = mapped.byte_rows(path, row_bytes(codec, scaled), "standalone codes"), codec.sa_code_size()
     return rows[:, :size], (rows[:, size:].view("<f4")[:, 0] if scaled else None)
 
 

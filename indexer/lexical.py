@@ -40,6 +40,8 @@ import numpy as np
 
 from propdex.encoders.units import Document
 
+from . import mapped
+
 BM25_DIR = "bm25"
 IDS = "doc_ids.json"
 # Lucene's EnglishAnalyzer stop set (ENGLISH_STOP_WORDS_SET), the one pyserini uses.
@@ -151,8 +153,7 @@ class Segment:
     def load(cls, directory: Path, mmap: bool = True) -> "Segment":
         directory = Path(directory)
         meta = json.loads((directory / IDS).read_text())
-        # Plain views of the maps: np.memmap's indexing costs Python at every posting a query reads.
-        arrays = {name: np.asarray(np.load(directory / f"{name}.npy", mmap_mode="r" if mmap else None)) for name in _ARRAYS}
+        arrays = {name: mapped.load(directory / f"{name}.npy", mmap=mmap) for name in _ARRAYS}
         segment = cls(meta["ids"], {t: i for i, t in enumerate(meta["terms"])}, **arrays)
         if len(segment.lengths) != len(segment.ids) or len(segment.indptr) != len(meta["terms"]) + 1 \
                 or len(segment.docs) != len(segment.tfs) or int(segment.indptr[-1]) != len(segment.docs):

@@ -40,6 +40,8 @@ import numpy as np
 
 from propdex.encoders.units import Document, Encoded, Kind, Unit
 
+from . import mapped
+
 LMDB_DIR = "meta.lmdb"
 VECTORS = "vectors.f16"
 
@@ -338,9 +340,8 @@ class ShardStore:
         self.decoder: Decoder | None = None
         self.decoded_dim = self.dim  # the width of what `decoder` gives (store="binary": its codes' bits)
         file = self._file = path / (stored or VECTORS)
-        mapped = np.load(file, mmap_mode="r") if stored and file.is_file() and self.info["vectors"] else None
-        # A plain view of the map: np.memmap's indexing costs Python at every candidate's rows.
-        self._array, self._offset = (None, 0) if mapped is None else (np.asarray(mapped), mapped.offset)
+        self._array = mapped.load(file) if stored and file.is_file() and self.info["vectors"] else None
+        self._offset = 0 if self._array is None else mapped.data_offset(file, self._array)
         self._legacy = legacy and self._array is None
         if self._array is not None and self._array.shape != (self.info["vectors"], self.dim):
             raise ValueError(f"{file} holds {self._array.shape} vectors, the shard {self.info['vectors']} of dim {self.dim}: the index is damaged")
