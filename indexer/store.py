@@ -366,12 +366,17 @@ class ShardStore:
         with self.env.begin() as txn:
             return _document(txn.get(_key(b"doc/", ordinal)))
 
+    def doc_id(self, ordinal: int) -> str:
+        """A document's id, read without parsing the rest of its record."""
+        with self.env.begin() as txn:
+            return _id_of(txn.get(_key(b"doc/", ordinal)))
+
     def units(self, ordinal: int, which: Sequence[int] | None = None, doc_id: str | None = None) -> list[Unit]:
         """A document's unit records (all, or those at positions `which`);
         `doc_id` where the caller has read the document already."""
         with self.env.begin() as txn:
             if doc_id is None:
-                doc_id = json.loads(txn.get(_key(b"doc/", ordinal)))["id"]
+                doc_id = _id_of(txn.get(_key(b"doc/", ordinal)))
             sentences = np.frombuffer(txn.get(_key(b"sen/", ordinal)), dtype=np.int32).reshape(-1, 2)
             packed = np.frombuffer(txn.get(_key(b"unit/", ordinal)), dtype=np.int32)
         return unpack_units(doc_id, sentences, packed, which)
@@ -480,6 +485,24 @@ class ShardStore:
         if self.env is not None:
             _close_env(self.env)
             self.env = None
+
+
+_ID_FIRST = b'{"id": "'  # a record's first bytes: the shard writer's `add` puts the id first
+
+
+def _id_of(raw: bytes) -> str:
+    """The id of a document record, parsed alone: a record is a whole
+    article's text and sentence spans, and rankings, fusion and filters
+    ask for the ids of many documents they never show. The id's closing
+    quote is the first that no backslash escapes (UTF-8 never puts a quote
+    byte inside another character)."""
+    if raw.startswith(_ID_FIRST):
+        end = len(_ID_FIRST) - 1
+        while (end := raw.find(b'"', end + 1)) >= 0:
+            head = raw[len(_ID_FIRST) : end]
+            if (len(head) - len(head.rstrip(b"\\"))) % 2 == 0:
+                return json.loads(raw[len(_ID_FIRST) - 1 : end + 1])
+    return json.loads(raw)["id"]
 
 
 def _document(raw: bytes) -> Document:

@@ -146,16 +146,21 @@ def lexical_hit(rank: int, doc: Document, score: float, terms: set[str]) -> Hit:
 def dense_hits(shards: Sequence["Shard"], cands: Sequence["Candidate"], rows: Sequence["Row"], level: "Level",
                window: int | None = None) -> list[Hit]:
     """Hits of stage 2's rows, ranked in their order; at document level each
-    shows its best window of `window` units (None: the whole document)."""
-    return [dense_hit(rank + 1, shards[cands[ci].shard].store, cands[ci], score, None if level == "doc" else (level, j), window)
+    shows its best window of `window` units (None: the whole document).
+    A document is read once however many of its sentences are hits."""
+    docs: dict[int, Document] = {}
+    for _, ci, _ in rows:
+        if ci not in docs:
+            docs[ci] = shards[cands[ci].shard].store.document(cands[ci].ordinal)
+    return [dense_hit(rank + 1, shards[cands[ci].shard].store, cands[ci], docs[ci], score, None if level == "doc" else (level, j), window)
             for rank, (score, ci, j) in enumerate(rows)]
 
 
-def dense_hit(rank: int, store: "ShardStore", c: "Candidate", score: float, where: tuple[str, int] | None,
+def dense_hit(rank: int, store: "ShardStore", c: "Candidate", doc: Document, score: float, where: tuple[str, int] | None,
               window: int | None = None) -> Hit:
-    """The hit for candidate `c`: at document level (`where` None) its
-    passage of `window` units, else the sentence or unit `where` names."""
-    doc = store.document(c.ordinal)
+    """The hit for candidate `c`, whose document is `doc`: at document level
+    (`where` None) its passage of `window` units, else the sentence or unit
+    `where` names."""
     sentences = sentences_of(doc)
     passage = None
     if where is not None and where[0] == "unit":

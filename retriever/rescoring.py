@@ -158,7 +158,7 @@ def _similarities(shard: Shard, s: int, qs: np.ndarray, ordinals: list[int], exc
     each document's `hit` units are decoded and multiplied."""
     store = shard.store
     if exclude:
-        ordinals = [o for o in ordinals if store.document(o).id not in exclude]
+        ordinals = [o for o in ordinals if store.doc_id(o) not in exclude]
     if not ordinals:
         return []
     sentences = store.unit_sentences(ordinals)

@@ -303,7 +303,7 @@ class Searcher:
         return self._lexical_masks.mask(lambda: self.bm25, allowed, where)
 
     def _doc_id(self, c: Candidate) -> str:
-        return self.shards[c.shard].store.document(c.ordinal).id
+        return self.shards[c.shard].store.doc_id(c.ordinal)
 
 
 def set_threads(n: int) -> None:

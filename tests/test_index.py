@@ -419,3 +419,33 @@ def test_lists_found_through_a_graph_are_all_probed_when_every_list_is_asked():
     centroids = ivf.quantizer.reconstruct_n(0, 128)
     best = np.argsort(-(q @ centroids.T), axis=1)[:, :8]
     assert np.mean([len(set(a) & set(b)) / 8 for a, b in zip(near.lists, best)]) >= 0.9
+
+
+def test_a_documents_id_is_read_without_parsing_its_record(tmp_path, tiny, hotpot_docs):
+    """Rankings, fusion and filters ask for ids alone (`ShardStore.doc_id`):
+    the id must be the one the whole record gives, whatever quotes,
+    backslashes or letters it holds."""
+    from dataclasses import replace
+
+    odd = ['say "when"', "C:\\temp\\", "ends in a backslash \\", "Zürich “Ω”", '\\"', '"']
+    docs = [replace(d, id=i) for d, i in zip(hotpot_docs, odd)] + hotpot_docs[len(odd):20]
+    _, manifest = build(tmp_path, tiny, docs)
+    store = ShardStore(tmp_path / "ix" / manifest["shards"][0]["name"])
+    assert [store.doc_id(o) for o in range(len(store))] == [store.document(o).id for o in range(len(store))]
+    assert {store.doc_id(o) for o in range(len(store))} == {d.id for d in docs}
+
+
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_a_search_reads_each_shown_document_once(tmp_path, tiny, hotpot_docs, monkeypatch, hybrid):
+    """Sentence hits of one document share its one read, and candidates are
+    named by id without reading their records: whole articles cost most of
+    a hit's time."""
+    build(tmp_path, tiny, hotpot_docs)
+    reads = []
+    real = ShardStore.document
+    monkeypatch.setattr(ShardStore, "document", lambda self, o: reads.append(o) or real(self, o))
+    with Searcher.load(tmp_path / "ix") as s:
+        hits = s.search("Which magazine was started first?", k=30, level="sentence", hybrid=hybrid)
+    shown = {h.doc_id for h in hits}
+    assert len(shown) < len(hits)  # some document shows several sentences
+    assert len(reads) == len(shown)
