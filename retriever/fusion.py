@@ -15,7 +15,7 @@ systems: the library and its scoreboard fuse the same way.
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 RRF_K = 60
 METHODS = ("rrf", "minmax")
@@ -75,10 +75,12 @@ def fuse(runs: Sequence[Sequence[tuple[Hashable, float]]], method: str = "rrf") 
     raise ValueError(f"unknown fusion {method!r}; choose from {', '.join(METHODS)}")
 
 
-def interleave(first: Sequence[Hashable], second: Sequence[Hashable], every: int = HOP_EVERY) -> list[Hashable]:
+def interleave(first: Sequence[Hashable], second: Iterable[Hashable], every: int = HOP_EVERY, k: int | None = None) -> list[Hashable]:
     """`first` with every `every`-th place given to the best item of `second`
     not placed yet; once either list runs out, the other fills the rest. The
-    first list's order is kept, and its top `every - 1` items stay on top."""
+    first list's order is kept, and its top `every - 1` items stay on top.
+    With `k`, the first k places: `second` is read only as far as they need
+    (it may be a generator that does work for each item)."""
     if every < 2:
         raise ValueError(f"interleave needs every >= 2, got {every}")
     out: list[Hashable] = []
@@ -93,10 +95,11 @@ def interleave(first: Sequence[Hashable], second: Sequence[Hashable], every: int
                 return True
         return False
 
-    while True:
+    while k is None or len(out) < k:
         source = 1 if len(out) % every == every - 1 else 0
         if not take(source) and not take(1 - source):
-            return out
+            break
+    return out
 
 
 def hop_query(query: str, passage: str) -> str:

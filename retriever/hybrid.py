@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -62,10 +62,11 @@ class Lexical:
         return self.ranking(fusion.hop_query(question, doc.text), k, {*skip, seed}, mask)
 
 
-def hop_order(first: Sequence[Hashable], second: Sequence[Hashable], k: int) -> list[Hashable]:
-    """The places of a two-hop ranking: the first hop's, with every
-    fusion.HOP_EVERY-th place given to the second hop's best not yet placed."""
-    return fusion.interleave(first, second)[:k]
+def hop_order(first: Sequence[Hashable], second: Iterable[Hashable], k: int) -> list[Hashable]:
+    """The k places of a two-hop ranking: the first hop's, with every
+    fusion.HOP_EVERY-th place given to the second hop's best not yet placed
+    (`second` is read only as far as the places need)."""
+    return fusion.interleave(first, second, k=k)
 
 
 def fuse_with_lexical(dense: Sequence[tuple[Hashable, float]], lexical_run: Sequence[tuple[str, float]],
@@ -127,10 +128,20 @@ def second_hop(search: Lexical, query: str, hits: list[Hit], k: int, level: "Lev
     seed = hits[0].doc_id
     second = dict(search.hop(query, seed, k + 1, skip, mask))
     if level == "sentence":
-        offered = {(h.doc_id, h.sentence_index): replace(h, score=second[h.doc_id], hop=2) for h in best_sentences(list(second))}
         first = {(h.doc_id, h.sentence_index): h for h in hits}
+        offered: dict[tuple[str, int], Hit] = {}
+
+        def offers() -> Iterator[tuple[str, int]]:
+            # Scored a batch at a time, as the places reach them: finding a document's best
+            # sentence scores every sentence of it, and most of the hop's documents get no place.
+            ids, batch = list(second), k // fusion.HOP_EVERY + 2
+            for a in range(0, len(ids), batch):
+                for h in best_sentences(ids[a : a + batch]):
+                    offered[h.doc_id, h.sentence_index] = replace(h, score=second[h.doc_id], hop=2)
+                    yield h.doc_id, h.sentence_index
+
         return [replace(first.get(key) or offered[key], rank=rank)
-                for rank, key in enumerate(hop_order(list(first), list(offered), k), start=1)]
+                for rank, key in enumerate(hop_order(list(first), offers(), k), start=1)]
     by_doc = {h.doc_id: h for h in hits}
     seed_doc = search.document(seed)
     assert seed_doc is not None  # a hit comes from a shard

@@ -43,3 +43,17 @@ def test_the_lexical_retriever_answers_only_with_documents_it_holds_and_hops_fro
     assert retriever.hop("river", "gone", 10) == []  # a seed the index lacks has no text to ask with
     assert hop_order(["a", "b", "c", "d", "e", "f"], ["x", "a"], 6) == ["a", "b", "c", "d", "x", "e"]
     assert fusion.contributions([("a", 2.0), ("a", 1.0)], "rrf") == {"a": 1 / 61}
+
+
+def test_interleave_reads_the_second_list_only_as_far_as_k_places_need():
+    read = []
+
+    def second():
+        for item in "xyzw":
+            read.append(item)
+            yield item
+
+    assert fusion.interleave(list("abcdefgh"), second(), every=3, k=6) == list("abxcdy")
+    assert read == ["x", "y"]
+    assert fusion.interleave(list("ab"), iter("xyz"), every=3, k=10) == list("abxyz")  # one list runs out: the other fills
+    assert fusion.interleave(list("abcdefgh"), list("xyzw"), every=3, k=6) == fusion.interleave(list("abcdefgh"), list("xyzw"), every=3)[:6]

@@ -449,3 +449,24 @@ def test_a_search_reads_each_shown_document_once(tmp_path, tiny, hotpot_docs, mo
     shown = {h.doc_id for h in hits}
     assert len(shown) < len(hits)  # some document shows several sentences
     assert len(reads) == len(shown)
+
+
+def test_the_second_hop_scores_only_the_documents_its_places_reach(tmp_path, tiny, hotpot_docs, hotpot_questions, monkeypatch):
+    """At sentence level a hop document offers its best sentence, which takes
+    scoring all of its sentences; documents are scored as the places reach
+    them, and the hits are those of offering every hop document at once."""
+    from propdex.retriever import fusion
+
+    build(tmp_path, tiny, hotpot_docs)
+    with Searcher.load(tmp_path / "ix") as s:
+        real, asked = s.best_sentences, []
+        monkeypatch.setattr(s, "best_sentences", lambda q, ids, **kw: asked.extend(ids) or real(q, ids, **kw))
+        for question in [q["question"] for q in hotpot_questions[:6]]:
+            asked.clear()
+            hits = s.search(question, k=10, level="sentence", hybrid=True, hops=2)
+            first = s.search(question, k=10, level="sentence", hybrid=True)
+            second = [d for d, _ in s.lexical_search.hop(question, first[0].doc_id, 11)]
+            offered = [(h.doc_id, h.sentence_index) for h in real(question, second)]
+            expected = fusion.interleave([(h.doc_id, h.sentence_index) for h in first], offered)[:10]
+            assert [(h.doc_id, h.sentence_index) for h in hits] == expected
+            assert 0 < len(asked) < len(second)
