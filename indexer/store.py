@@ -40,7 +40,7 @@ import numpy as np
 
 from propdex.encoders.units import Document, Encoded, Kind, Unit
 
-from . import mapped
+from . import mapped, records
 
 LMDB_DIR = "meta.lmdb"
 VECTORS = "vectors.f16"
@@ -182,17 +182,10 @@ class ShardWriter:
         with self.env.begin(write=True) as txn:
             for doc, enc in zip(docs, encoded):
                 i = len(self.offsets) - 1
-                record = {"id": doc.id, "title": doc.title, "text": doc.text, "sentences": doc.sentences}
-                if doc.focus:
-                    record["focus"] = doc.focus
-                if doc.stamp:
-                    record["stamp"] = doc.stamp
-                if doc.metadata:
-                    record["metadata"] = dict(doc.metadata)
-                    for field, value in doc.metadata.items():
-                        for v in dict.fromkeys(metadata_values(value)):
-                            self.by_value.setdefault(metadata_key(field, v), []).append(i)
-                txn.put(_key(b"doc/", i), json.dumps(record, ensure_ascii=False).encode())
+                for field, value in doc.metadata.items():
+                    for v in dict.fromkeys(metadata_values(value)):
+                        self.by_value.setdefault(metadata_key(field, v), []).append(i)
+                txn.put(_key(b"doc/", i), records.record(doc))
                 sentences, packed = pack_units(enc.units)
                 txn.put(_key(b"sen/", i), sentences.tobytes())
                 txn.put(_key(b"unit/", i), packed.tobytes())
@@ -364,19 +357,19 @@ class ShardStore:
 
     def document(self, ordinal: int) -> Document:
         with self.env.begin() as txn:
-            return _document(txn.get(_key(b"doc/", ordinal)))
+            return records.document(txn.get(_key(b"doc/", ordinal)))
 
     def doc_id(self, ordinal: int) -> str:
         """A document's id, read without parsing the rest of its record."""
         with self.env.begin() as txn:
-            return _id_of(txn.get(_key(b"doc/", ordinal)))
+            return records.doc_id(txn.get(_key(b"doc/", ordinal)))
 
     def units(self, ordinal: int, which: Sequence[int] | None = None, doc_id: str | None = None) -> list[Unit]:
         """A document's unit records (all, or those at positions `which`);
         `doc_id` where the caller has read the document already."""
         with self.env.begin() as txn:
             if doc_id is None:
-                doc_id = _id_of(txn.get(_key(b"doc/", ordinal)))
+                doc_id = records.doc_id(txn.get(_key(b"doc/", ordinal)))
             sentences = np.frombuffer(txn.get(_key(b"sen/", ordinal)), dtype=np.int32).reshape(-1, 2)
             packed = np.frombuffer(txn.get(_key(b"unit/", ordinal)), dtype=np.int32)
         return unpack_units(doc_id, sentences, packed, which)
@@ -485,27 +478,3 @@ class ShardStore:
         if self.env is not None:
             _close_env(self.env)
             self.env = None
-
-
-_ID_FIRST = b'{"id": "'  # a record's first bytes: the shard writer's `add` puts the id first
-
-
-def _id_of(raw: bytes) -> str:
-    """The id of a document record, parsed alone: a record is a whole
-    article's text and sentence spans, and rankings, fusion and filters
-    ask for the ids of many documents they never show. The id's closing
-    quote is the first that no backslash escapes (UTF-8 never puts a quote
-    byte inside another character)."""
-    if raw.startswith(_ID_FIRST):
-        end = len(_ID_FIRST) - 1
-        while (end := raw.find(b'"', end + 1)) >= 0:
-            head = raw[len(_ID_FIRST) : end]
-            if (len(head) - len(head.rstrip(b"\\"))) % 2 == 0:
-                return json.loads(raw[len(_ID_FIRST) - 1 : end + 1])
-    return json.loads(raw)["id"]
-
-
-def _document(raw: bytes) -> Document:
-    r = json.loads(raw)
-    return Document.read_back(r["id"], r["text"], r.get("title", ""), tuple(tuple(s) for s in r["sentences"]),
-                              tuple(tuple(s) for s in r.get("focus", ())), r.get("metadata", {}), r.get("stamp", ""))
