@@ -1,7 +1,8 @@
 """A stored document's record: one JSON object a document, in a shard's LMDB
 under `doc/<ordinal>`, holding everything the user gave (id, title, text,
-sentence spans, focus, metadata, stamp), so a search can show it and a
-rebuild can read it back without the input files.
+sentence spans, focus, metadata, stamp), so a search can show it, a sync
+can compare it with its file, and a merge can write it again, all without
+the input files.
 
 The id is the record's first field: rankings, fusion and filters ask for
 the ids of many documents they never show, and `doc_id` reads it without
